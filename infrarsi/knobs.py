@@ -1,0 +1,209 @@
+"""The knob space: named knobs with finite domains, and constraints between them.
+
+A config is a plain ``dict`` from knob name to value. ``KnobSpace`` validates configs,
+enumerates the feasible ones (spaces here are small enough: up to ~1e5), samples them and
+gives each a hashable key for de-duplication.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+import operator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from infrarsi.errors import SpecError
+
+Value = int | float | str | bool
+Config = dict[str, Value]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knob:
+    """One launch knob. At most one of ``flag`` / ``env`` / ``placeholder`` says how its
+    value reaches the launched job; none means the backend reads it (the simulator)."""
+
+    name: str
+    values: tuple[Value, ...]
+    flag: str | None = None
+    env: str | None = None
+    placeholder: bool = False
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise SpecError(f"knob name {self.name!r}: expected an identifier (letters, digits, _)")
+        if len(self.values) < 1:
+            raise SpecError(f"knob {self.name!r}: expected at least one value, got none")
+        if len(set(self.values)) != len(self.values):
+            raise SpecError(f"knob {self.name!r}: values must be distinct, got {list(self.values)}")
+        modes = sum([self.flag is not None, self.env is not None, self.placeholder])
+        if modes > 1:
+            raise SpecError(f"knob {self.name!r}: give at most one of flag, env, placeholder")
+
+    def index(self, value: Value) -> int:
+        try:
+            return self.values.index(value)
+        except ValueError:
+            raise SpecError(
+                f"knob {self.name!r}: value {value!r} is not in its domain {list(self.values)}"
+            ) from None
+
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+           ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A boolean expression over knob names, e.g. ``"nproc * threads <= 2"`` or
+    ``"not (compile == 'on' and checkpointing == 'selective')"``. Evaluated by a small
+    whitelisting interpreter, never by ``eval``."""
+
+    expr: str
+    _tree: ast.Expression = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            tree = ast.parse(self.expr, mode="eval")
+        except SyntaxError as exc:
+            raise SpecError(f"constraint {self.expr!r}: not a valid expression ({exc.msg})") from None
+        object.__setattr__(self, "_tree", tree)
+
+    @property
+    def names(self) -> set[str]:
+        return {n.id for n in ast.walk(self._tree) if isinstance(n, ast.Name)}
+
+    def holds(self, config: Mapping[str, Value]) -> bool:
+        return bool(self._eval(self._tree.body, config))
+
+    def _eval(self, node: ast.AST, env: Mapping[str, Value]) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in ("True", "False"):
+                return node.id == "True"
+            return env[node.id]
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(self._eval(e, env) for e in node.elts)
+        if isinstance(node, ast.BoolOp):
+            vals = (self._eval(v, env) for v in node.values)
+            return all(vals) if isinstance(node.op, ast.And) else any(vals)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
+            val = self._eval(node.operand, env)
+            return (not val) if isinstance(node.op, ast.Not) else -val
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](self._eval(node.left, env), self._eval(node.right, env))
+        if isinstance(node, ast.Compare):
+            left = self._eval(node.left, env)
+            for op, comp in zip(node.ops, node.comparators):
+                right = self._eval(comp, env)
+                if type(op) not in _CMPOPS or not _CMPOPS[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        raise SpecError(f"constraint {self.expr!r}: unsupported syntax {type(node).__name__}")
+
+
+@dataclass(frozen=True)
+class KnobSpace:
+    knobs: tuple[Knob, ...]
+    constraints: tuple[Constraint, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [k.name for k in self.knobs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SpecError(f"knobs: names must be unique, {dupes} appear more than once")
+        for c in self.constraints:
+            unknown = c.names - set(names) - {"True", "False"}
+            if unknown:
+                raise SpecError(
+                    f"constraint {c.expr!r}: unknown knob(s) {sorted(unknown)}; known knobs are {names}"
+                )
+
+    @property
+    def names(self) -> list[str]:
+        return [k.name for k in self.knobs]
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise SpecError(f"unknown knob {name!r}; known knobs are {self.names}")
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(k.values) for k in self.knobs)
+
+    def validate(self, config: Mapping[str, Value], *, what: str = "config") -> Config:
+        """Return ``config`` as a complete dict or raise ``SpecError`` naming the problem."""
+        unknown = set(config) - set(self.names)
+        if unknown:
+            raise SpecError(f"{what}: unknown knob(s) {sorted(unknown)}; known knobs are {self.names}")
+        missing = [n for n in self.names if n not in config]
+        if missing:
+            raise SpecError(f"{what}: missing value for knob(s) {missing}")
+        for k in self.knobs:
+            k.index(config[k.name])
+        return {n: config[n] for n in self.names}
+
+    def violated(self, config: Mapping[str, Value]) -> list[str]:
+        return [c.expr for c in self.constraints if not c.holds(config)]
+
+    def is_feasible(self, config: Mapping[str, Value]) -> bool:
+        return not self.violated(config)
+
+    def key(self, config: Mapping[str, Value]) -> tuple[Value, ...]:
+        return tuple(config[n] for n in self.names)
+
+    def indices(self, config: Mapping[str, Value]) -> tuple[int, ...]:
+        return tuple(k.index(config[k.name]) for k in self.knobs)
+
+    def from_indices(self, idx: Iterable[int]) -> Config:
+        return {k.name: k.values[i] for k, i in zip(self.knobs, idx)}
+
+    def iter_all(self) -> Iterator[Config]:
+        for combo in itertools.product(*(k.values for k in self.knobs)):
+            yield dict(zip(self.names, combo))
+
+    @cached_property
+    def feasible(self) -> tuple[Config, ...]:
+        """Every feasible config, in a fixed order."""
+        return tuple(c for c in self.iter_all() if self.is_feasible(c))
+
+    @cached_property
+    def feasible_index_matrix(self) -> np.ndarray:
+        """``[num_feasible, num_knobs]`` value indices of ``feasible``, for vectorised models."""
+        return np.array([self.indices(c) for c in self.feasible], dtype=np.int64).reshape(
+            len(self.feasible), len(self.knobs)
+        )
+
+    def sample(self, rng: np.random.Generator, num_configs: int, *, exclude: Iterable[tuple] = ()) -> list[Config]:
+        """Up to ``num_configs`` distinct feasible configs drawn uniformly, none in ``exclude``."""
+        excluded = set(exclude)
+        pool = [c for c in self.feasible if self.key(c) not in excluded]
+        if not pool:
+            return []
+        picks = rng.choice(len(pool), size=min(num_configs, len(pool)), replace=False)
+        return [dict(pool[i]) for i in picks]
+
+    def neighbours(self, config: Mapping[str, Value]) -> list[Config]:
+        """Feasible configs that differ from ``config`` in exactly one knob."""
+        out = []
+        for k in self.knobs:
+            for v in k.values:
+                if v != config[k.name]:
+                    cand = dict(config)
+                    cand[k.name] = v
+                    if self.is_feasible(cand):
+                        out.append(cand)
+        return out

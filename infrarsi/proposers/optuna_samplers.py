@@ -1,0 +1,96 @@
+"""Optuna samplers (TPE, GP) as proposers, driven by ask-and-tell.
+
+Optuna samplers ignore FAIL trials, so an OOM recorded as FAIL would teach them nothing.
+Here every finished trial is told as COMPLETE with constraints ``oom`` and ``crash``
+(``Trial.set_constraint``; feasible when <= 0) and, for failures, a pessimistic value (the worst time seen), so
+constraint-aware samplers learn where the memory wall and the crashes are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from infrarsi.knobs import Config
+from infrarsi.proposers.base import Proposer, SearchContext
+from infrarsi.trial import Outcome, TrialResult
+
+_MAX_ASKS_PER_SUGGESTION = 50
+
+
+class _OptunaProposer(Proposer):
+    def __init__(self, ctx: SearchContext) -> None:
+        super().__init__(ctx)
+        import optuna  # lazy: only these proposers need it
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._optuna = optuna
+        self._dists = {k.name: optuna.distributions.CategoricalDistribution(k.values) for k in self.space.knobs}
+        self.study = optuna.create_study(direction="minimize", sampler=self._make_sampler(ctx.seed))
+        self._pending: dict[tuple, Any] = {}
+        self._known: dict[tuple, tuple[float, dict[str, float]]] = {}
+
+    def _make_sampler(self, seed: int) -> Any:
+        raise NotImplementedError
+
+    def _penalty(self) -> float:
+        times = [v for v, _ in self._known.values() if math.isfinite(v)]
+        return max(times) + math.log(2.0) if times else 0.0
+
+    def _tell(self, trial: Any, value: float, constraints: dict[str, float]) -> None:
+        for key, c in constraints.items():
+            trial.set_constraint(key, c)
+        self.study.tell(trial, value)
+
+    def _propose(self, num_configs: int) -> list[Config]:
+        out: list[Config] = []
+        for _ in range(num_configs * _MAX_ASKS_PER_SUGGESTION):
+            if len(out) == num_configs:
+                break
+            trial = self.study.ask(self._dists)
+            cfg = {n: trial.params[n] for n in self.space.names}
+            key = self.space.key(cfg)
+            if not self.space.is_feasible(cfg):
+                self._tell(trial, self._penalty(), {"oom": 0.0, "crash": 1.0})
+            elif key in self._known:
+                self._tell(trial, *self._known[key])
+            elif key in self._pending or key in self._seen or any(self.space.key(c) == key for c in out):
+                self.study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+            else:
+                self._pending[key] = trial
+                out.append(cfg)
+        if len(out) < num_configs:  # the sampler keeps repeating itself: fill at random
+            taken = self._seen | {self.space.key(c) for c in out}
+            out += self.space.sample(self.rng, num_configs - len(out), exclude=taken)
+        return out
+
+    def _observe(self, result: TrialResult) -> None:
+        key = self.space.key(result.config)
+        if result.outcome is Outcome.OK:
+            value, cons = math.log(result.step_time_s), {"oom": 0.0, "crash": 0.0}
+        elif result.outcome is Outcome.OOM:
+            value, cons = self._penalty(), {"oom": 1.0, "crash": 0.0}
+        else:
+            value, cons = self._penalty(), {"oom": 0.0, "crash": 1.0}
+        self._known[key] = (value, cons)
+        trial = self._pending.pop(key, None)
+        if trial is not None:
+            self._tell(trial, value, cons)
+        else:  # a result the sampler did not ask for (the baseline, a resumed trial)
+            self.study.add_trial(self._optuna.trial.create_trial(
+                params=dict(result.config), distributions=self._dists, value=value, constraints=cons,
+            ))
+
+
+class TPEProposer(_OptunaProposer):
+    name = "tpe"
+
+    def _make_sampler(self, seed: int) -> Any:
+        return self._optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, multivariate=True)
+
+
+class GPProposer(_OptunaProposer):
+    name = "gp"
+
+    def _make_sampler(self, seed: int) -> Any:
+        return self._optuna.samplers.GPSampler(seed=seed, n_startup_trials=5)
