@@ -153,7 +153,9 @@ class KnobSpace:
         if missing:
             raise SpecError(f"{what}: missing value for knob(s) {missing}")
         for k in self.knobs:
-            k.index(config[k.name])
+            if config[k.name] not in k.values:
+                raise SpecError(f"{what}: knob {k.name!r}: value {config[k.name]!r} is not in its domain "
+                                f"{list(k.values)}")
         return {n: config[n] for n in self.names}
 
     def violated(self, config: Mapping[str, Value]) -> list[str]:

@@ -1,0 +1,192 @@
+"""The campaign spec: a TOML file validated by pydantic.
+
+Everything a campaign needs to know about the job it tunes lives here: how to launch it,
+which knobs exist and how each reaches the job, the baseline config, the contract, the
+device capacity, the budget and the resources per trial. ``load_spec`` turns every
+problem into one ``SpecError`` that names the field, what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, model_validator
+
+from infrarsi.errors import SpecError
+from infrarsi.knobs import Constraint, Knob, KnobSpace
+
+Scalar = bool | int | float | str
+# Placeholders every command template may use, besides knobs declared `placeholder = true`.
+CONTRACT_PLACEHOLDERS = ("python", "seq_len", "global_batch_tokens", "num_steps", "seed")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KnobSpec(_Model):
+    values: list[Scalar] = Field(min_length=1)
+    flag: str | None = None
+    env: str | None = None
+    placeholder: bool = False
+    description: str = ""
+
+
+class ContractSpec(_Model):
+    seq_len: int = Field(gt=0)
+    global_batch_tokens: int = Field(gt=0)
+    num_steps: int = Field(gt=1, description="optimizer steps per trial, warm-up included")
+    warmup_steps: int = Field(ge=1, description="steps before the measured window (compile, allocator warm-up)")
+    seed: int = 1234
+    loss_tolerance: float | None = Field(
+        default=None, gt=0, description="max relative per-step loss deviation; unset: doctor calibrates it")
+    min_loss_tolerance: float = Field(default=1e-3, gt=0)
+    timing_tolerance: float = Field(default=0.15, gt=0, description="allowed relative gap between the "
+                                    "workload's step times and the harness clock over the measured window")
+    editable: list[str] = Field(min_length=1, description="globs a patch may touch")
+    locked: list[str] = Field(min_length=1, description="globs hashed at init and re-checked around trials")
+
+    @model_validator(mode="after")
+    def _window(self) -> "ContractSpec":
+        if self.warmup_steps >= self.num_steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below num_steps ({self.num_steps})")
+        if self.global_batch_tokens % self.seq_len:
+            raise ValueError(f"global_batch_tokens ({self.global_batch_tokens}) must be a multiple of "
+                             f"seq_len ({self.seq_len})")
+        return self
+
+
+class DeviceSpec(_Model):
+    memory_capacity: ByteSize = Field(description="per-trial memory capacity, e.g. '1.5GiB'")
+    emulate_capacity: bool = Field(default=True, description="kill the trial's process tree above capacity")
+
+
+class ResourcesSpec(_Model):
+    gpus_per_trial: int = Field(default=0, ge=0)
+    cpus_per_trial: float = Field(default=1, gt=0)
+    concurrency: int | None = Field(default=None, ge=1, description="parallel trial slots; unset: "
+                                    "the number of independent device slots")
+
+
+class BudgetSpec(_Model):
+    num_trials: int = Field(default=24, ge=1)
+    trial_timeout_s: float = Field(default=180, gt=0)
+    doctor_repeats: int = Field(default=3, ge=3)
+    num_finalists: int = Field(default=2, ge=1)
+    verify_pairs: int = Field(default=4, ge=2)
+
+
+class SearchSpec(_Model):
+    proposer: str = "engine"
+    seed: int = 0
+    batch_size: int | None = Field(default=None, ge=1)
+
+
+class CampaignSpec(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    backend: Literal["process", "sim"] = "process"
+    sim_workload: str | None = Field(default=None, description="the simulator workload (backend = 'sim')")
+    repository: Literal["auto", "copy"] = Field(
+        default="auto", description="auto: branch in the git repository holding workload_dir; "
+        "copy: snapshot workload_dir into the campaign folder as its own repository")
+    workload_dir: Path = Field(description="the target repository (or folder), relative to the spec file")
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = {}
+    knobs: dict[str, KnobSpec] = Field(min_length=1)
+    constraints: list[str] = []
+    baseline: dict[str, Scalar]
+    calibration: list[dict[str, Scalar]] = Field(
+        default=[], description="legitimate variants of the baseline that calibrate the loss tolerance")
+    contract: ContractSpec
+    device: DeviceSpec
+    resources: ResourcesSpec = ResourcesSpec()
+    budget: BudgetSpec = BudgetSpec()
+    search: SearchSpec = SearchSpec()
+
+    @property
+    def space(self) -> KnobSpace:
+        knobs = tuple(Knob(name=n, values=tuple(k.values), flag=k.flag, env=k.env,
+                           placeholder=k.placeholder, description=k.description)
+                      for n, k in self.knobs.items())
+        return KnobSpace(knobs, tuple(Constraint(c) for c in self.constraints))
+
+
+def _describe(err: dict) -> str:
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    found = err.get("input")
+    found_text = "nothing" if err["type"] == "missing" else repr(found)
+    if len(found_text) > 80:
+        found_text = found_text[:77] + "..."
+    return f"  {where}: {err['msg']} (found {found_text})"
+
+
+def parse_spec(data: dict, *, source: str, base_dir: Path) -> CampaignSpec:
+    try:
+        spec = CampaignSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(e) for e in exc.errors()]
+        raise SpecError(f"{source}: invalid campaign spec; fix these fields:\n" + "\n".join(lines)) from None
+    spec = spec.model_copy(update={"workload_dir": (base_dir / spec.workload_dir).resolve()})
+    check_consistency(spec, source)
+    return spec
+
+
+def load_spec(path: Path | str) -> CampaignSpec:
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such spec file; pass the path of a campaign TOML "
+                        "(or nothing, for the built-in workload)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML ({exc}); fix the syntax and retry") from None
+    return parse_spec(data, source=str(path), base_dir=path.parent)
+
+
+def check_consistency(spec: CampaignSpec, source: str) -> None:
+    """Cross-field checks pydantic cannot express; all run before any trial."""
+    space = spec.space  # raises SpecError for bad knob names or constraint syntax
+    baseline = space.validate(spec.baseline, what=f"{source}: baseline")
+    broken = space.violated(baseline)
+    if broken:
+        raise SpecError(f"{source}: the baseline config violates constraint(s) {broken}; "
+                        "the baseline must be a feasible config: fix the constraint or the baseline")
+    for i, variant in enumerate(spec.calibration):
+        cfg = space.validate({**spec.baseline, **variant}, what=f"{source}: calibration[{i}]")
+        if space.violated(cfg):
+            raise SpecError(f"{source}: calibration[{i}] violates constraint(s) {space.violated(cfg)}")
+    if spec.backend == "sim":
+        return
+    if not spec.workload_dir.is_dir():
+        raise SpecError(f"{source}: workload_dir {spec.workload_dir} is not a directory")
+    _check_command(spec, source)
+    for field in ("editable", "locked"):
+        for pattern in getattr(spec.contract, field):
+            if not glob.glob(pattern, root_dir=spec.workload_dir, recursive=True):
+                raise SpecError(f"{source}: contract.{field} pattern {pattern!r} matches no file under "
+                                f"{spec.workload_dir}; fix the glob (it is relative to workload_dir)")
+
+
+def _check_command(spec: CampaignSpec, source: str) -> None:
+    known = set(CONTRACT_PLACEHOLDERS) | {n for n, k in spec.knobs.items() if k.placeholder}
+    for token in spec.command:
+        for name in _placeholders(token):
+            if name not in known:
+                raise SpecError(f"{source}: command placeholder {{{name}}} is unknown; use one of {sorted(known)}")
+    program = spec.command[0]
+    if program != "{python}" and shutil.which(program) is None and not (spec.workload_dir / program).exists():
+        raise SpecError(f"{source}: command program {program!r} was not found on PATH or in workload_dir")
+    for token in spec.command[1:]:
+        if token.endswith(".py") and "{" not in token and not (spec.workload_dir / token).is_file():
+            raise SpecError(f"{source}: command script {token!r} does not exist under {spec.workload_dir}")
+
+
+def _placeholders(token: str) -> list[str]:
+    import string
+
+    return [name for _, name, _, _ in string.Formatter().parse(token) if name]
