@@ -1,0 +1,442 @@
+"""MLflow tracking: a campaign is a parent run, every trial attempt (OOMs included) a child.
+
+This is the only module in infrarsi that talks to MLflow. It uses ``MlflowClient`` with
+explicit run ids (no global active run), so one ``Tracker`` may be shared by threads.
+
+MLflow is for people; the ledger is the record. So an unreachable store never stops a
+campaign: a call that fails with a store, network or database error is appended to a
+JSON-lines spool and replayed, in order and idempotently, by ``catch_up`` once the store
+answers again. While the spool is non-empty every new call queues behind it, and the store
+is retried at most once per ``retry_interval_s`` so a dead server costs one failed request
+per interval, not one per trial. Against an HTTP server set ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``
+and ``MLFLOW_HTTP_REQUEST_TIMEOUT`` low: MLflow's default retries take minutes to give up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import requests
+import sqlalchemy.exc
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunStatus, RunTag, ViewType
+from mlflow.exceptions import MlflowException
+from mlflow.utils.validation import (
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAM_VAL_LENGTH,
+    MAX_PARAMS_TAGS_PER_BATCH,
+    MAX_TAG_VAL_LENGTH,
+)
+
+from infrarsi.errors import InfrarsiError
+from infrarsi.trial import TrialResult
+
+__all__ = ["Tracker"]
+
+log = logging.getLogger(__name__)
+
+# What "the store is unreachable" looks like. Anything else (a TypeError, a bad argument)
+# is a bug in the caller or here and must surface, not sit in the spool forever.
+_STORE_ERRORS = (
+    MlflowException,
+    OSError,
+    requests.RequestException,
+    sqlalchemy.exc.SQLAlchemyError,
+    sqlite3.Error,
+)
+
+TAG_KIND = "infrarsi.kind"  # "campaign" on the parent run, "trial" on children
+TAG_CAMPAIGN_ID = "infrarsi.campaign_id"
+TAG_TRIAL_ID = "infrarsi.trial_id"
+TAG_ATTEMPT = "infrarsi.attempt"
+TAG_OUTCOME = "infrarsi.outcome"
+TAG_ROLE = "infrarsi.role"
+TAG_REASON = "infrarsi.reason"
+TAG_PARENT = "mlflow.parentRunId"
+MAX_REASON_CHARS = 1000
+_END_STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+
+class Tracker:
+    """Logs one experiment's campaigns and trials to MLflow, spooling while it is down.
+
+    ``start_campaign`` creates (or, on resume, finds) the parent run; ``log_trial`` adds a
+    child run per trial attempt; ``end_campaign`` closes the parent. Every call is
+    idempotent on replay. ``artifact_location`` defaults to ``mlartifacts/`` next to a
+    SQLite database (MLflow's own default is the current directory).
+    """
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment_name: str,
+        spool_path: Path,
+        *,
+        artifact_location: str | None = None,
+        retry_interval_s: float = 30.0,
+    ) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment_name
+        self.spool_path = Path(spool_path)
+        self.artifact_location = artifact_location or _default_artifact_location(tracking_uri)
+        self.retry_interval_s = retry_interval_s
+        self._lock = threading.RLock()
+        self._client: MlflowClient | None = None
+        self._experiment_id: str | None = None
+        self._parent_ids: dict[str, str] = {}
+        self._campaign_id: str | None = None
+        self._retry_after = 0.0  # time.monotonic() before which the store is not retried
+        self._warned = False
+        # Create the experiment now, from one process, before trials fan out: SQLite
+        # migrations race when several processes create a fresh store at once.
+        with self._lock:
+            try:
+                self._experiment()
+            except _STORE_ERRORS as exc:
+                self._went_offline(exc)
+
+    # ----------------------------------------------------------------- public calls
+    def start_campaign(
+        self, campaign_id: str, params: Mapping[str, Any], tags: Mapping[str, str]
+    ) -> str | None:
+        """Return the campaign's parent run id, creating the run unless it exists.
+
+        Returns None when the store is unreachable (the call is spooled; the parent run
+        is created on catch-up and later calls find it by its campaign id tag).
+        """
+        self._campaign_id = campaign_id
+        return self._submit({
+            "op": "start_campaign", "time_ms": _now_ms(), "campaign_id": campaign_id,
+            "params": {k: str(v) for k, v in params.items()},
+            "tags": {k: str(v) for k, v in tags.items()},
+        })
+
+    def log_trial(
+        self, result: TrialResult, log_file: Path | None, campaign_id: str
+    ) -> None:
+        """Log one trial attempt as a child run; a no-op if it is already there."""
+        self._submit({
+            "op": "log_trial", "time_ms": _now_ms(), "campaign_id": campaign_id,
+            "result": result.to_json(),
+            "log_file": str(log_file) if log_file is not None else None,
+        })
+
+    def end_campaign(
+        self,
+        summary_metrics: Mapping[str, float],
+        artifacts: Sequence[Path],
+        status: str = "FINISHED",
+        *,
+        campaign_id: str | None = None,
+    ) -> None:
+        """Log the summary and the report files on the parent run and close it.
+
+        ``campaign_id`` defaults to the one last passed to ``start_campaign``.
+        """
+        if status not in _END_STATUSES:
+            raise ValueError(f"status {status!r}: expected one of {_END_STATUSES}")
+        campaign_id = campaign_id or self._campaign_id
+        if campaign_id is None:
+            raise ValueError("end_campaign needs a campaign_id: call start_campaign first")
+        self._submit({
+            "op": "end_campaign", "time_ms": _now_ms(), "campaign_id": campaign_id,
+            "summary_metrics": {k: float(v) for k, v in summary_metrics.items()},
+            "artifacts": [str(p) for p in artifacts], "status": status,
+        })
+
+    def catch_up(self) -> int:
+        """Replay the spool in order; return the number of calls replayed.
+
+        Stops at the first call the store refuses and keeps it and the rest for later.
+        """
+        with self._lock:
+            records = self._read_spool()
+            for done, record in enumerate(records):
+                try:
+                    self._apply(record)
+                except _STORE_ERRORS as exc:
+                    self._write_spool(records[done:])
+                    self._went_offline(exc)
+                    return done
+            if records:
+                self._write_spool([])
+                log.info("MLflow at %s is back: replayed %d spooled calls",
+                         self.tracking_uri, len(records))
+            self._warned = False
+            self._retry_after = 0.0
+            return len(records)
+
+    @property
+    def num_spooled(self) -> int:
+        return len(self._read_spool())
+
+    # ----------------------------------------------------------------- spooling
+    def _submit(self, record: dict[str, Any]) -> Any:
+        with self._lock:
+            if self._spool_nonempty() and time.monotonic() >= self._retry_after:
+                self.catch_up()
+            if self._spool_nonempty():  # keep the order: queue behind what is spooled
+                self._append_spool(record)
+                return None
+            try:
+                return self._apply(record)
+            except _STORE_ERRORS as exc:
+                self._went_offline(exc)
+                self._append_spool(record)
+                return None
+
+    def _went_offline(self, exc: BaseException) -> None:
+        self._retry_after = time.monotonic() + self.retry_interval_s
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "MLflow at %s is unreachable (%s: %s); the campaign goes on and tracking "
+                "calls are spooled to %s, to be replayed when the store answers again",
+                self.tracking_uri, type(exc).__name__, str(exc).splitlines()[0][:300],
+                self.spool_path,
+            )
+
+    def _spool_nonempty(self) -> bool:
+        try:
+            return self.spool_path.stat().st_size > 0
+        except FileNotFoundError:
+            return False
+
+    def _read_spool(self) -> list[dict[str, Any]]:
+        if not self._spool_nonempty():
+            return []
+        with self.spool_path.open() as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def _append_spool(self, record: dict[str, Any]) -> None:
+        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.spool_path.open("a") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+
+    def _write_spool(self, records: list[dict[str, Any]]) -> None:
+        tmp = self.spool_path.with_suffix(self.spool_path.suffix + ".tmp")
+        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
+        tmp.replace(self.spool_path)
+
+    # ----------------------------------------------------------------- MLflow calls
+    def _apply(self, record: Mapping[str, Any]) -> Any:
+        op = record["op"]
+        if op == "start_campaign":
+            return self._apply_start(record)
+        if op == "log_trial":
+            return self._apply_trial(record)
+        if op == "end_campaign":
+            return self._apply_end(record)
+        raise AssertionError(f"unknown spooled op {op!r}")
+
+    def _connect(self) -> MlflowClient:
+        if self._client is None:
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    def _experiment(self) -> str:
+        if self._experiment_id is not None:
+            return self._experiment_id
+        client = self._connect()
+        experiment = client.get_experiment_by_name(self.experiment_name)
+        if experiment is None:
+            try:
+                self._experiment_id = client.create_experiment(
+                    self.experiment_name, artifact_location=self.artifact_location)
+                return self._experiment_id
+            except MlflowException:  # another process created it first
+                experiment = client.get_experiment_by_name(self.experiment_name)
+                if experiment is None:
+                    raise
+        if experiment.lifecycle_stage != "active":
+            raise InfrarsiError(
+                f"MLflow experiment {self.experiment_name!r} at {self.tracking_uri} is "
+                "deleted; restore it (mlflow experiments restore) or choose another name")
+        self._experiment_id = experiment.experiment_id
+        return self._experiment_id
+
+    def _parent_run_id(self, campaign_id: str) -> str | None:
+        if campaign_id in self._parent_ids:
+            return self._parent_ids[campaign_id]
+        runs = self._connect().search_runs(
+            [self._experiment()],
+            filter_string=(f"tags.`{TAG_KIND}` = 'campaign' and "
+                           f"tags.`{TAG_CAMPAIGN_ID}` = {_quote(campaign_id)}"),
+            order_by=["attributes.start_time ASC"], max_results=1,
+        )
+        if runs:
+            self._parent_ids[campaign_id] = runs[0].info.run_id
+            return runs[0].info.run_id
+        return None
+
+    def _apply_start(self, record: Mapping[str, Any]) -> str:
+        client, campaign_id = self._connect(), record["campaign_id"]
+        run_id = self._parent_run_id(campaign_id)
+        params = dict(record["params"])
+        if run_id is None:
+            run = client.create_run(
+                self._experiment(), start_time=record["time_ms"], run_name=campaign_id,
+                tags={TAG_KIND: "campaign", TAG_CAMPAIGN_ID: campaign_id},
+            )
+            run_id = self._parent_ids[campaign_id] = run.info.run_id
+        else:  # a resumed campaign: params are immutable in MLflow, log only new ones
+            logged = client.get_run(run_id).data.params
+            changed = sorted(k for k in params if k in logged and logged[k] != _clip(
+                params[k], MAX_PARAM_VAL_LENGTH))
+            if changed:
+                log.warning("campaign %s resumed with different params %s; MLflow keeps "
+                            "the first values", campaign_id, changed)
+            params = {k: v for k, v in params.items() if k not in logged}
+            client.update_run(run_id, status="RUNNING")
+        self._log_batch(run_id, params=params, tags=record["tags"])
+        return run_id
+
+    def _apply_trial(self, record: Mapping[str, Any]) -> None:
+        client, campaign_id = self._connect(), record["campaign_id"]
+        result = TrialResult.from_json(record["result"])
+        parent_id = self._parent_run_id(campaign_id)
+        if parent_id is None:
+            raise InfrarsiError(
+                f"no MLflow run for campaign {campaign_id!r}: call start_campaign first")
+        for run in client.search_runs(
+            [self._experiment()],
+            filter_string=(f"tags.`{TAG_PARENT}` = '{parent_id}' and "
+                           f"tags.`{TAG_TRIAL_ID}` = {_quote(result.trial_id)} and "
+                           f"tags.`{TAG_ATTEMPT}` = '{result.attempt}'"),
+            run_view_type=ViewType.ACTIVE_ONLY,
+        ):
+            if run.info.status != "RUNNING":
+                return  # already logged in full
+            # A half-logged run (the store failed mid-call): replace it with a whole one.
+            client.delete_run(run.info.run_id)
+
+        end_ms = record["time_ms"]
+        run = client.create_run(
+            self._experiment(), start_time=end_ms - int(result.wall_time_s * 1000),
+            run_name=result.trial_id, tags=_trial_tags(result, campaign_id, parent_id),
+        )
+        run_id = run.info.run_id
+        self._log_batch(run_id, params=_trial_params(result),
+                        metrics=_trial_metrics(result, end_ms))
+        client.log_dict(run_id, record["result"], "trial.json")
+        log_file = record.get("log_file")
+        if log_file is not None:
+            if Path(log_file).is_file():
+                client.log_artifact(run_id, log_file)
+            else:
+                log.warning("trial %s: log file %s is gone; logged without it",
+                            result.trial_id, log_file)
+        status = RunStatus.to_string(RunStatus.FAILED if result.outcome.failed
+                                     else RunStatus.FINISHED)
+        client.set_terminated(run_id, status=status, end_time=end_ms)
+
+    def _apply_end(self, record: Mapping[str, Any]) -> None:
+        client, campaign_id = self._connect(), record["campaign_id"]
+        run_id = self._parent_run_id(campaign_id)
+        if run_id is None:
+            raise InfrarsiError(
+                f"no MLflow run for campaign {campaign_id!r}: call start_campaign first")
+        metrics = [Metric(k, v, record["time_ms"], 0)
+                   for k, v in record["summary_metrics"].items()]
+        self._log_batch(run_id, metrics=metrics)
+        for artifact in map(Path, record["artifacts"]):
+            if artifact.is_dir():
+                client.log_artifacts(run_id, str(artifact), artifact.name)
+            elif artifact.is_file():
+                client.log_artifact(run_id, str(artifact))
+            else:
+                log.warning("campaign %s: artifact %s is gone; not logged", campaign_id, artifact)
+        client.set_terminated(run_id, status=record["status"], end_time=record["time_ms"])
+
+    def _log_batch(
+        self,
+        run_id: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+        metrics: Sequence[Metric] = (),
+    ) -> None:
+        # MLflow caps one batch at 100 params + tags and 1000 metrics.
+        param_list = [Param(k, _clip(v, MAX_PARAM_VAL_LENGTH)) for k, v in (params or {}).items()]
+        tag_list = [RunTag(k, _clip(v, MAX_TAG_VAL_LENGTH)) for k, v in (tags or {}).items()]
+        client = self._connect()
+        for i in range(0, len(param_list), MAX_PARAMS_TAGS_PER_BATCH):
+            client.log_batch(run_id, params=param_list[i:i + MAX_PARAMS_TAGS_PER_BATCH])
+        for i in range(0, len(tag_list), MAX_PARAMS_TAGS_PER_BATCH):
+            client.log_batch(run_id, tags=tag_list[i:i + MAX_PARAMS_TAGS_PER_BATCH])
+        for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+            client.log_batch(run_id, metrics=list(metrics[i:i + MAX_METRICS_PER_BATCH]))
+
+
+def _trial_tags(result: TrialResult, campaign_id: str, parent_id: str) -> dict[str, str]:
+    tags = {
+        TAG_PARENT: parent_id,
+        TAG_KIND: "trial",
+        TAG_CAMPAIGN_ID: campaign_id,
+        TAG_TRIAL_ID: result.trial_id,
+        TAG_ATTEMPT: str(result.attempt),
+        TAG_OUTCOME: result.outcome.value,
+        TAG_ROLE: result.role.value,
+    }
+    if result.reason:
+        tags[TAG_REASON] = _clip(result.reason, MAX_REASON_CHARS)
+    return tags
+
+
+def _trial_params(result: TrialResult) -> dict[str, str]:
+    # Knob names are identifiers, so the dotted infrarsi.* names never collide with them.
+    params = {name: str(value) for name, value in result.config.items()}
+    params["infrarsi.role"] = result.role.value
+    params["infrarsi.attempt"] = str(result.attempt)
+    params["infrarsi.patches"] = ",".join(result.patches) or "none"
+    return params
+
+
+def _trial_metrics(result: TrialResult, time_ms: int) -> list[Metric]:
+    summary = {
+        "step_time_s": result.step_time_s,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "memory_capacity_bytes": result.memory_capacity_bytes,
+        "wall_time_s": result.wall_time_s,
+        "device_seconds": result.device_seconds,
+        "tokens_per_step": result.tokens_per_step,
+        **{f"phase/{name}_s": seconds for name, seconds in result.phases_s.items()},
+    }
+    metrics = [Metric(k, float(v), time_ms, 0) for k, v in summary.items() if v is not None]
+    # Per-step series live under "step/" so they do not clash with the summary metrics.
+    metrics += [Metric("step/loss", float(v), time_ms, i) for i, v in enumerate(result.losses)]
+    metrics += [Metric("step/step_time_s", float(v), time_ms, i)
+                for i, v in enumerate(result.step_times_s)]
+    return metrics
+
+
+def _default_artifact_location(tracking_uri: str) -> str | None:
+    if tracking_uri.startswith("sqlite:///"):
+        db_path = Path(tracking_uri.removeprefix("sqlite:///"))
+        if not db_path.is_absolute():
+            db_path = db_path.resolve()
+        return (db_path.parent / "mlartifacts").as_uri()
+    return None  # a tracking server decides where artifacts go
+
+
+def _quote(value: str) -> str:
+    """Quote a string for an MLflow filter (which has no escape sequences)."""
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise InfrarsiError(f"id {value!r} holds both quote characters; MLflow cannot search it")
+
+
+def _clip(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
