@@ -1,0 +1,73 @@
+"""Contract checks applied to every finished trial before anything may learn from it.
+
+A trial that ran to the end but broke the contract becomes ``contract_violation`` with
+the reason; it is recorded, never promoted, and the search sees it as a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from infrarsi.launcher import POLL_INTERVAL_S
+from infrarsi.spec import ContractSpec
+from infrarsi.trial import Outcome, TrialResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossReference:
+    losses: tuple[float, ...]
+    tolerance: float  # max relative per-step deviation
+
+    def deviation(self, losses: Sequence[float]) -> tuple[float, int]:
+        """Largest signed relative deviation from the reference and the step it occurs at."""
+        worst, at = 0.0, -1
+        for i, (ref, got) in enumerate(zip(self.losses, losses)):
+            dev = (got - ref) / max(abs(ref), 1e-12)
+            if abs(dev) > abs(worst):
+                worst, at = dev, i
+        return worst, at
+
+
+def contract_problems(result: TrialResult, contract: ContractSpec, reference: LossReference | None) -> list[str]:
+    """Every way an ok trial broke the contract; empty when it kept it."""
+    problems: list[str] = []
+    start = result.extra.get("start") or {}
+    if start.get("seq_len") is not None and start["seq_len"] != contract.seq_len:
+        problems.append(f"sequence length {start['seq_len']} != contract {contract.seq_len}")
+    if result.tokens_per_step != contract.global_batch_tokens:
+        problems.append(f"tokens per step {result.tokens_per_step} != contract {contract.global_batch_tokens}")
+    if len(result.losses) != contract.num_steps:
+        problems.append(f"reported {len(result.losses)} losses for {contract.num_steps} steps")
+    problems += _timing_problems(result, contract)
+    if reference is not None and result.losses:
+        dev, step = reference.deviation(result.losses)
+        if abs(dev) > reference.tolerance:
+            side = "below" if dev < 0 else "above"
+            problems.append(f"loss at step {step} is {abs(dev):.2%} {side} the baseline "
+                            f"(tolerance {reference.tolerance:.2%})")
+    return problems
+
+
+def _timing_problems(result: TrialResult, contract: ContractSpec) -> list[str]:
+    """The workload's own step times must agree with the harness clock over the window."""
+    reported = result.extra.get("reported_step_times_s") or []
+    window = reported[contract.warmup_steps:contract.num_steps]
+    if not window or not result.step_times_s:
+        return []
+    harness_s, workload_s = sum(result.step_times_s), sum(window)
+    # The harness stamps lines when it polls: allow one poll interval per boundary.
+    slack_s = contract.timing_tolerance * harness_s + 2 * POLL_INTERVAL_S
+    if abs(harness_s - workload_s) > slack_s:
+        return [f"workload-reported step time {workload_s:.3f} s disagrees with the harness clock "
+                f"{harness_s:.3f} s over the measured window"]
+    return []
+
+
+def enforce(result: TrialResult, contract: ContractSpec, reference: LossReference | None) -> TrialResult:
+    if result.outcome is not Outcome.OK:
+        return result
+    problems = contract_problems(result, contract, reference)
+    if not problems:
+        return result
+    return result.replace(outcome=Outcome.CONTRACT_VIOLATION, reason="; ".join(problems))

@@ -1,0 +1,20 @@
+"""Shared fixtures. Tests in subfolders import helpers next to this file (synthetic_problem)."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the whole run, with two logical GPUs to test pinning on a CPU box."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    yield ray
+    ray.shutdown()
