@@ -1,0 +1,142 @@
+"""Trial slots as Ray actors, each pinned to the devices one trial needs.
+
+Ray's resource scheduler does the pinning: an actor that asks for ``num_gpus=g`` runs
+with ``CUDA_VISIBLE_DEVICES`` set to its GPUs, and the trial process it launches inherits
+that. An actor that dies mid-trial (its node lost, the process killed) is replaced and
+the trial is retried once on the fresh actor; both attempts are returned so both are
+recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from infrarsi.launcher import TrialRequest
+from infrarsi.trial import Outcome, TrialResult
+
+MAX_ATTEMPTS = 2
+
+
+def run_trial(req: TrialRequest) -> TrialResult:
+    """Dispatch one trial to its backend; runs inside the actor."""
+    if req.backend == "sim":
+        from infrarsi.sim_trial import run_sim_trial
+
+        return run_sim_trial(req)
+    from infrarsi.launcher import run_process_trial
+
+    return run_process_trial(req)
+
+
+class _TrialActor:
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, req: TrialRequest) -> TrialResult:
+        return run_trial(req)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSettings:
+    address: str | None = None  # None: a local Ray on this machine
+    gpus_per_trial: int = 0
+    cpus_per_trial: float = 1.0
+    concurrency: int | None = None
+
+
+def ensure_ray(address: str | None) -> Any:
+    import ray
+
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled" if address is None else "token")
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=False, configure_logging=False)
+    return ray
+
+
+def device_slots(settings: PoolSettings) -> int:
+    """Independent device slots: GPUs per trial slots, or one CPU device."""
+    ray = ensure_ray(settings.address)
+    resources = ray.cluster_resources()
+    if settings.gpus_per_trial:
+        return max(1, int(resources.get("GPU", 0) // settings.gpus_per_trial))
+    # On CPU the machine is one device: concurrent trials would share cores and disturb timing.
+    return 1
+
+
+class TrialPool:
+    def __init__(self, settings: PoolSettings) -> None:
+        self.ray = ensure_ray(settings.address)
+        self.settings = settings
+        self.num_slots = settings.concurrency or device_slots(settings)
+        self._cls = self.ray.remote(_TrialActor).options(
+            num_gpus=settings.gpus_per_trial, num_cpus=min(settings.cpus_per_trial, self._max_cpus()),
+            max_restarts=0)
+        self._idle = [self._cls.remote() for _ in range(self.num_slots)]
+        self._inflight: dict[Any, tuple[Any, TrialRequest]] = {}
+
+    def _max_cpus(self) -> float:
+        return float(self.ray.cluster_resources().get("CPU", 1))
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._idle)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._inflight)
+
+    def submit(self, req: TrialRequest) -> None:
+        assert self._idle, "submit() needs a free slot"
+        actor = self._idle.pop()
+        self._inflight[actor.run.remote(req)] = (actor, req)
+
+    def wait(self, timeout_s: float | None = None) -> list[TrialResult]:
+        """Results of trials that finished (at least one unless the timeout passed)."""
+        if not self._inflight:
+            return []
+        done, _ = self.ray.wait(list(self._inflight), num_returns=1, timeout=timeout_s)
+        out = []
+        for ref in done:
+            actor, req = self._inflight.pop(ref)
+            try:
+                out.append(self.ray.get(ref))
+                self._idle.append(actor)
+            except self.ray.exceptions.RayActorError as exc:
+                out.append(self._actor_died(req, exc))
+        return out
+
+    def _actor_died(self, req: TrialRequest, exc: Exception) -> TrialResult:
+        fresh = self._cls.remote()
+        retry = req.attempt < MAX_ATTEMPTS
+        record = TrialResult(trial_id=req.trial_id, config=dict(req.config), role=req.role, attempt=req.attempt,
+                             outcome=Outcome.CRASH, reason=f"the Ray actor died mid-trial: {type(exc).__name__}",
+                             extra={"actor_died": True, "retried": retry})
+        if retry:
+            again = dataclasses.replace(req, attempt=req.attempt + 1)
+            self._inflight[fresh.run.remote(again)] = (fresh, again)
+        else:
+            self._idle.append(fresh)
+        return record
+
+    def run_one(self, req: TrialRequest) -> list[TrialResult]:
+        """Run one trial to its end (retry included); every attempt's record, last is final."""
+        self.submit(req)
+        out: list[TrialResult] = []
+        while self._inflight:
+            out += self.wait()
+        return out
+
+    def actor_pids(self) -> list[int]:
+        return self.ray.get([a.pid.remote() for a in self._idle])
+
+    def close(self) -> None:
+        for actor, _ in self._inflight.values():
+            self.ray.kill(actor)
+        for actor in self._idle:
+            self.ray.kill(actor)
+        self._idle, self._inflight = [], {}
