@@ -77,7 +77,7 @@ class BudgetSpec(_Model):
     trial_timeout_s: float = Field(default=180, gt=0)
     doctor_repeats: int = Field(default=3, ge=3)
     num_finalists: int = Field(default=2, ge=1)
-    verify_pairs: int = Field(default=4, ge=2)
+    verify_pairs: int = Field(default=5, ge=2)
 
 
 class SearchSpec(_Model):
