@@ -1,0 +1,1 @@
+"""Deployment definitions of the campaign flow (see also prefect.yaml at the top level)."""

@@ -1,0 +1,1 @@
+"""Prefect flows: they wire the stages, nothing more."""

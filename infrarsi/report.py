@@ -1,0 +1,204 @@
+"""report: everything a campaign did, in Markdown and HTML, rebuilt from its folder alone.
+
+``build_report(dir)`` reads only files the stages wrote (contract, doctor, ledger, search,
+verification), so ``infrarsi report DIR`` works on any finished or interrupted campaign.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from infrarsi.ledger import Ledger
+from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.workspace import CampaignDir
+
+
+def _fmt_bytes(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def _fmt_s(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.1f} ms"
+
+
+def _table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _diff(config: dict, baseline: dict) -> str:
+    changed = [f"{k}={v}" for k, v in config.items() if baseline.get(k) != v]
+    return ", ".join(changed) or "(baseline)"
+
+
+def cost_by_outcome(trials: list[TrialResult]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = collections.defaultdict(lambda: {"count": 0, "wall_s": 0.0, "device_s": 0.0})
+    for t in trials:
+        row = out[t.outcome.value]
+        row["count"] += 1
+        row["wall_s"] += t.wall_time_s
+        row["device_s"] += t.device_seconds
+    return dict(out)
+
+
+def summarize(cdir: CampaignDir) -> dict[str, Any]:
+    """The JSON summary of a campaign, from its folder."""
+    contract = cdir.read_json(cdir.contract)
+    trials = Ledger(cdir.ledger).trials()
+    doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
+    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else None
+    promoted = None
+    if verification:
+        winners = [v for v in verification["verdicts"] if v["promoted"]]
+        promoted = max(winners, key=lambda v: v["speedup"]) if winners else None
+    ok_search = [t for t in trials if t.role is Role.SEARCH and t.outcome is Outcome.OK]
+    costs = cost_by_outcome(trials)
+    apply = cdir.read_json(cdir.root / "apply.json") if (cdir.root / "apply.json").exists() else {}
+    return {
+        "campaign_id": contract["campaign_id"], "campaign_dir": str(cdir.root),
+        "baseline_step_time_s": doctor["step_time_s"] if doctor else None,
+        "best_step_time_s": min((t.step_time_s for t in ok_search), default=None),
+        "verified_speedup": promoted["speedup"] if promoted else None,
+        "speedup_ci": [promoted["ci_low"], promoted["ci_high"]] if promoted else None,
+        "promoted_config": promoted["config"] if promoted else None,
+        "trials_by_outcome": {k: int(v["count"]) for k, v in sorted(costs.items())},
+        "failed_trial_seconds": round(sum(v["wall_s"] for k, v in costs.items() if k != "ok"), 2),
+        "failed_device_seconds": round(sum(v["device_s"] for k, v in costs.items() if k != "ok"), 2),
+        "num_search_trials": sum(1 for t in trials if t.role is Role.SEARCH and not t.extra.get("retried")),
+        "branch": apply.get("branch"), "commit": apply.get("commit"),
+        "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.get("extra", {}).get("mlflow_parent_run_id"),
+        "report": str(cdir.report_html),
+    }
+
+
+def _plots(cdir: CampaignDir, trials: list[TrialResult], baseline_s: float | None, capacity: int | None) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cdir.plots.mkdir(exist_ok=True)
+    search = [t for t in trials if t.role is Role.SEARCH and not t.extra.get("retried")]
+    best, xs, ys = float("inf"), [], []
+    for i, t in enumerate(search, 1):
+        if t.outcome is Outcome.OK:
+            best = min(best, t.step_time_s)
+        if best < float("inf"):
+            xs.append(i)
+            ys.append(best * 1000)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.step(xs, ys, where="post", label="best so far")
+    if baseline_s:
+        ax.axhline(baseline_s * 1000, color="grey", ls="--", label="baseline")
+    ax.set(xlabel="search trial", ylabel="step time (ms)", title="Best step time so far")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(cdir.plots / "best_so_far.png", dpi=100)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for outcome, colour in (("ok", "tab:blue"), ("oom", "tab:red"), ("contract_violation", "tab:orange")):
+        pts = [(t.peak_memory_bytes / 2**20, (t.step_time_s or 0) * 1000) for t in search
+               if t.outcome.value == outcome and t.peak_memory_bytes]
+        if pts:
+            ax.scatter(*zip(*pts), label=outcome, color=colour, s=18)
+    if capacity:
+        ax.axvline(capacity / 2**20, color="red", ls=":", label="capacity")
+    ax.set(xlabel="peak memory (MiB)", ylabel="step time (ms; 0 = none)", title="Time against memory")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(cdir.plots / "time_vs_memory.png", dpi=100)
+    plt.close(fig)
+    return ["plots/best_so_far.png", "plots/time_vs_memory.png"]
+
+
+def _describe_section(describe: dict[str, Any]) -> list[str]:
+    """The proposer's own account (memory prices, priors, crash evidence) as tables."""
+    out = []
+    for key, value in describe.items():
+        title = key.replace("_", " ").capitalize()
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            headers = list(dict.fromkeys(k for v in value for k in v))
+            out += [f"### {title}", _table(headers, ([_cell(v.get(h)) for h in headers] for v in value)), ""]
+        elif value not in (None, [], {}):
+            out += [f"### {title}", "```", json.dumps(value, indent=1, default=str)[:4000], "```", ""]
+    return out
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def render_markdown(cdir: CampaignDir) -> str:
+    s = summarize(cdir)
+    contract = cdir.read_json(cdir.contract)
+    spec = contract["spec"]
+    trials = Ledger(cdir.ledger).trials()
+    doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
+    search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
+    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else {"verdicts": []}
+    baseline = spec["baseline"]
+    md = [f"# infrarsi campaign `{s['campaign_id']}`", "",
+          f"Workload `{spec['name']}` ({spec['backend']} backend) on {contract['hardware'].get('cpu')}, "
+          f"{contract['hardware'].get('num_cpus')} CPUs, GPUs: {contract['hardware'].get('gpus') or 'none'}. "
+          f"Proposer: `{search.get('proposer', spec['search']['proposer'])}`.", "", "## Result", ""]
+    if s["verified_speedup"]:
+        lo, hi = s["speedup_ci"]
+        md += [f"**Verified speedup {s['verified_speedup']:.2f}x** (95% CI {lo:.2f}x - {hi:.2f}x), "
+               f"paired A B A B against the baseline.", "",
+               f"- promoted config: `{_diff(s['promoted_config'], baseline)}`",
+               f"- branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "- branch: not staged"]
+    else:
+        md += ["No candidate was promoted: none cleared verification (see below). The baseline stands."]
+    md += [f"- baseline step time {_fmt_s(s['baseline_step_time_s'])}, best search trial {_fmt_s(s['best_step_time_s'])}",
+           f"- trials by outcome: {s['trials_by_outcome']}; seconds spent on failed trials: {s['failed_trial_seconds']}",
+           "", "## Doctor (baseline)", ""]
+    if doctor:
+        md += [f"- config: `{baseline}`",
+               f"- median step time {_fmt_s(doctor['step_time_s'])} over runs {[_fmt_s(x) for x in doctor['run_step_times_s']]}",
+               f"- noise: between-run CV {doctor['noise_cv']:.2%}, within-run CV {doctor['within_run_cv']:.2%}",
+               f"- peak memory {_fmt_bytes(doctor['peak_memory_bytes'])} (capacity {_fmt_bytes(spec['device']['memory_capacity'])})",
+               f"- loss tolerance {doctor['loss_tolerance']:.2%} ({doctor['loss_tolerance_source']})",
+               f"- phases (median per step): " + ", ".join(f"{k} {_fmt_s(v)}" for k, v in doctor["phases_s"].items()),
+               "", _table(["calibration variant", "outcome", "max loss deviation"],
+                          ([c["config"], c.get("outcome", "ok"), "-" if c["deviation"] is None else f"{c['deviation']:.2e}"]
+                           for c in doctor["calibration"])), ""]
+    costs = cost_by_outcome(trials)
+    md += ["## Cost by outcome", "", _table(["outcome", "trials", "wall s", "device s"],
+           ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items()))), ""]
+    md += ["## Verification", "", _table(
+        ["config", "pairs", "speedup", "95% CI", "promoted", "why"],
+        ([_diff(v["config"], baseline), len(v["pairs"]), f"{v['speedup']:.3f}" if v["speedup"] else "-",
+          f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-", "yes" if v["promoted"] else "no",
+          v["reason"]] for v in verification["verdicts"])), ""]
+    md += ["## Trials", "", _table(
+        ["trial", "role", "outcome", "step time", "peak memory", "config (vs baseline)", "reason"],
+        ([t.trial_id + (f"#{t.attempt}" if t.attempt > 1 else ""), t.role.value, t.outcome.value,
+          _fmt_s(t.step_time_s), _fmt_bytes(t.peak_memory_bytes), _diff(dict(t.config), baseline), t.reason[:120]]
+         for t in trials)), ""]
+    if search.get("describe"):
+        md += ["## What the search learned", ""] + _describe_section(search["describe"])
+    plots = _plots(cdir, trials, s["baseline_step_time_s"], spec["device"]["memory_capacity"])
+    md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    return "\n".join(md) + "\n"
+
+
+def build_report(root: Path | str) -> Path:
+    import markdown
+
+    cdir = CampaignDir(Path(root).resolve())
+    md = render_markdown(cdir)
+    cdir.report_md.write_text(md)
+    body = markdown.markdown(md, extensions=["tables", "fenced_code"])
+    cdir.report_html.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>infrarsi report</title><style>"
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}</style></head><body>"
+        + body + "</body></html>\n")
+    cdir.write_json(cdir.summary, summarize(cdir))
+    return cdir.report_html

@@ -1,0 +1,93 @@
+"""What the stages share while a campaign runs: folder, contract, trial pool, ledger, tracker.
+
+Every finished trial goes through ``record`` exactly once: the ledger first (the source of
+truth, fsynced), then MLflow (which spools and catches up when it is unreachable), then
+the progress callback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from infrarsi.adapters.ray_pool import PoolSettings, TrialPool
+from infrarsi.contract import Contract
+from infrarsi.knobs import Config
+from infrarsi.launcher import TrialRequest, render_command
+from infrarsi.ledger import Ledger
+from infrarsi.trial import Role, TrialResult
+from infrarsi.workspace import CampaignDir
+
+
+@dataclass(kw_only=True)
+class RuntimeSettings:
+    ray_address: str | None = None
+    tracking_uri: str | None = None
+    concurrency: int | None = None
+    on_result: Callable[[TrialResult], None] | None = field(default=None, repr=False)
+
+
+class CampaignRuntime:
+    def __init__(self, contract: Contract, cdir: CampaignDir, settings: RuntimeSettings) -> None:
+        from infrarsi.adapters.tracking import Tracker
+
+        self.contract, self.cdir, self.settings = contract, cdir, settings
+        self.spec = contract.spec
+        self.space = self.spec.space
+        self.ledger = Ledger(cdir.ledger)
+        self.tracker = Tracker(settings.tracking_uri or cdir.default_tracking_uri,
+                               experiment_name=f"infrarsi-{self.spec.name}", spool_path=cdir.mlflow_spool)
+        self.parent_run_id = self.tracker.start_campaign(
+            contract.campaign_id, params={"spec": self.spec.name, "backend": self.spec.backend,
+                                          "proposer": self.spec.search.proposer,
+                                          "contract_hash": contract.contract_hash},
+            tags={"infrarsi.hardware": contract.hardware_hash})
+        self._pool: TrialPool | None = None
+        self._num_ids = len({t.trial_id for t in self.ledger.trials()})
+
+    @property
+    def pool(self) -> TrialPool:
+        if self._pool is None:
+            res = self.spec.resources
+            self._pool = TrialPool(PoolSettings(address=self.settings.ray_address,
+                                                gpus_per_trial=res.gpus_per_trial, cpus_per_trial=res.cpus_per_trial,
+                                                concurrency=self.settings.concurrency or res.concurrency))
+        return self._pool
+
+    def request(self, config: Config, role: Role) -> TrialRequest:
+        self._num_ids += 1
+        trial_id = f"t{self._num_ids:04d}"
+        argv, env = render_command(self.spec, self.space, config)
+        res, c = self.spec.resources, self.spec.contract
+        return TrialRequest(
+            trial_id=trial_id, config=dict(config), role=role, argv=argv, env=env, cwd=str(self.contract.workdir),
+            trial_dir=str(self.cdir.trials / trial_id), memory_capacity_bytes=int(self.spec.device.memory_capacity),
+            emulate_capacity=self.spec.device.emulate_capacity, timeout_s=self.spec.budget.trial_timeout_s,
+            warmup_steps=c.warmup_steps, num_steps=c.num_steps, locked_hashes=dict(self.contract.locked_hashes),
+            devices_per_trial=res.gpus_per_trial or res.cpus_per_trial, backend=self.spec.backend,
+            sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids)
+
+    def record(self, result: TrialResult) -> None:
+        self.ledger.append_trial(result)
+        log = Path(result.log_path) if result.log_path else None
+        self.tracker.log_trial(result, log, self.contract.campaign_id)
+        if self.settings.on_result:
+            self.settings.on_result(result)
+
+    def run_one(self, config: Config, role: Role, *, check: Callable[[TrialResult], TrialResult] | None = None
+                ) -> TrialResult:
+        """Run a trial to its end on the pool, record every attempt, return the final one."""
+        attempts = [check(r) if check else r for r in self.pool.run_one(self.request(config, role))]
+        for r in attempts:
+            self.record(r)
+        return attempts[-1]
+
+    def finish(self, summary: dict) -> None:
+        metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        artifacts = [p for p in (self.cdir.report_md, self.cdir.report_html, self.cdir.summary) if p.exists()]
+        self.tracker.end_campaign(metrics, artifacts, "FINISHED")
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()

@@ -1,0 +1,82 @@
+"""apply: stage the promoted config as a git branch in the target repository.
+
+The branch holds one file, ``infrarsi_promoted.toml`` next to the workload, with the
+promoted knob values, the launch command that carries them and the evidence; the commit
+message carries the audit. The user's checkout is never touched (a separate worktree).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from infrarsi.contract import Contract
+from infrarsi.launcher import render_command
+from infrarsi.stages.doctor import DoctorReport
+from infrarsi.stages.verify import VerificationReport
+from infrarsi.workspace import CampaignDir
+
+PROMOTED_FILE = "infrarsi_promoted.toml"
+
+
+def _toml_value(v: Any) -> str:
+    return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+
+def promoted_file(contract: Contract, doctor: DoctorReport, verification: VerificationReport) -> str:
+    v = verification.promoted
+    assert v is not None
+    spec = contract.spec
+    argv, env = render_command(spec, spec.space, v.config)
+    argv = ["python" if a == argv[0] and spec.command[0] == "{python}" else a for a in argv]
+    lines = [f"# Promoted by infrarsi campaign {contract.campaign_id}.",
+             f"# Verified speedup {v.speedup:.3f}x (95% CI {v.ci_low:.3f}-{v.ci_high:.3f}) over the baseline.",
+             "", "[config]"]
+    lines += [f"{k} = {_toml_value(val)}" for k, val in v.config.items()]
+    lines += ["", "[launch]", f"command = {json.dumps(argv)}",
+              "env = {" + ", ".join(f"{k} = {json.dumps(val)}" for k, val in env.items()) + "}",
+              "", "[evidence]", f"campaign_id = {json.dumps(contract.campaign_id)}",
+              f"contract_hash = {json.dumps(contract.contract_hash)}",
+              f"baseline_step_time_s = {doctor.step_time_s:.6f}",
+              f"speedup = {v.speedup:.4f}", f"ci_low = {v.ci_low:.4f}", f"ci_high = {v.ci_high:.4f}",
+              f"pairs = {json.dumps([list(p) for p in v.pairs])}", ""]
+    return "\n".join(lines)
+
+
+def commit_message(contract: Contract, doctor: DoctorReport, verification: VerificationReport) -> str:
+    v = verification.promoted
+    changed = {k: val for k, val in v.config.items() if doctor.baseline.get(k) != val}
+    return "\n".join([
+        f"infrarsi: promote {', '.join(f'{k}={val}' for k, val in changed.items())}",
+        "",
+        f"Campaign {contract.campaign_id} verified a {v.speedup:.2f}x speedup "
+        f"(95% CI {v.ci_low:.2f}-{v.ci_high:.2f}) in {len(v.pairs)} interleaved A/B pairs "
+        f"against the baseline ({doctor.step_time_s * 1000:.1f} ms/step, noise CV {doctor.noise_cv:.1%}).",
+        "",
+        "Audit:",
+        f"- contract {contract.contract_hash}; locked files unchanged: {', '.join(contract.locked_hashes) or '-'}",
+        f"- loss within {doctor.loss_tolerance:.2%} of the baseline on every verification run",
+        f"- baseline config: {json.dumps(doctor.baseline)}",
+        f"- hardware: {contract.hardware_hash}",
+    ]) + "\n"
+
+
+def run_apply(contract: Contract, cdir: CampaignDir, doctor: DoctorReport, verification: VerificationReport,
+              *, parent_run_id: str | None = None) -> dict[str, Any]:
+    apply_json = cdir.root / "apply.json"
+    if apply_json.exists():
+        return cdir.read_json(apply_json)
+    result: dict[str, Any] = {"branch": None, "commit": None, "mlflow_parent_run_id": parent_run_id}
+    if verification.promoted is not None:
+        from infrarsi.adapters.git_branch import repository_root, stage_branch
+
+        repo = repository_root(contract.workdir)
+        rel_dir = Path(contract.workdir).resolve().relative_to(repo)
+        branch = f"infrarsi/{contract.campaign_id}"
+        commit = stage_branch(repo, branch, files={(rel_dir / PROMOTED_FILE).as_posix():
+                                                   promoted_file(contract, doctor, verification)},
+                              message=commit_message(contract, doctor, verification))
+        result.update(branch=branch, commit=commit, repository=str(repo))
+    cdir.write_json(apply_json, result)
+    return result

@@ -1,0 +1,82 @@
+"""One Prefect task per campaign stage. Each is a few lines over ``infrarsi.stages``.
+
+Retries are for infrastructure faults only: an OOM, a crash or a contract violation is a
+trial *result* (data), never an exception, so nothing here retries a bad config. A spec
+or contract error is the user's to fix and is not retried either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from infrarsi.contract import Contract
+from infrarsi.errors import TrialInfrastructureError
+from infrarsi.report import build_report
+from infrarsi.runtime import CampaignRuntime
+from infrarsi.stages.apply import run_apply
+from infrarsi.stages.doctor import DoctorReport, adopt_doctor, run_doctor
+from infrarsi.stages.init import init_campaign, load_campaign
+from infrarsi.stages.search import SearchOutcome, finalists, run_search
+from infrarsi.stages.verify import VerificationReport, run_verification
+from infrarsi.workspace import CampaignDir
+
+INFRA_FAULTS = (TrialInfrastructureError, ConnectionError, TimeoutError)
+
+
+def retry_on_infrastructure_fault(task: Any, task_run: Any, state: Any) -> bool:
+    try:
+        state.result()
+    except INFRA_FAULTS:
+        return True
+    except Exception:  # noqa: BLE001 - anything else is not a fault a retry can fix
+        return False
+    return False
+
+
+def _doctor_cache_key(context: Any, inputs: dict[str, Any]) -> str:
+    """Doctor measures the workload on the machine: same locked workload, same machine,
+    same source -> same baseline. Where the campaign runs does not enter the key."""
+    c: Contract = inputs["rt"].contract
+    return f"infrarsi-doctor-{c.contract_hash}-{c.hardware_hash}-{c.source_hash}"
+
+
+@task(name="init", cache_policy=NO_CACHE)
+def init_task(spec: str | None, out: str, campaign_id: str | None, resume: str | None) -> tuple[Contract, CampaignDir]:
+    if resume:
+        return load_campaign(Path(resume))
+    return init_campaign(Path(spec) if spec else None, Path(out), campaign_id=campaign_id)
+
+
+@task(name="doctor", cache_key_fn=_doctor_cache_key, persist_result=True, retries=1,
+      retry_condition_fn=retry_on_infrastructure_fault)
+def doctor_task(rt: CampaignRuntime) -> DoctorReport:
+    return run_doctor(rt)
+
+
+@task(name="adopt-doctor", cache_policy=NO_CACHE)
+def adopt_doctor_task(rt: CampaignRuntime, report: DoctorReport) -> None:
+    adopt_doctor(rt, report)
+
+
+@task(name="search", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
+def search_task(rt: CampaignRuntime, doctor: DoctorReport, proposer: str, num_trials: int) -> SearchOutcome:
+    return run_search(rt, doctor, proposer_name=proposer, num_trials=num_trials)
+
+
+@task(name="verify", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
+def verify_task(rt: CampaignRuntime, doctor: DoctorReport, search: SearchOutcome) -> VerificationReport:
+    return run_verification(rt, doctor, finalists(search.trials, doctor, rt.spec.budget.num_finalists))
+
+
+@task(name="report", cache_policy=NO_CACHE)
+def report_task(cdir: CampaignDir) -> str:
+    return str(build_report(cdir.root))
+
+
+@task(name="apply", cache_policy=NO_CACHE)
+def apply_task(rt: CampaignRuntime, doctor: DoctorReport, verification: VerificationReport) -> dict[str, Any]:
+    return run_apply(rt.contract, rt.cdir, doctor, verification, parent_run_id=rt.parent_run_id)
