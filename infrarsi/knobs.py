@@ -8,6 +8,7 @@ gives each a hashable key for de-duplication.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import math
 import operator
@@ -55,18 +56,24 @@ class Knob:
             ) from None
 
 
+def _mixed(values: tuple[Value, ...]) -> bool:
+    """Values numpy would coerce to one type (1 and "1", True and 1) stay python objects."""
+    return len({type(v) for v in values}) > 1
+
+
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+           ast.In: lambda a, b: np.isin(a, b), ast.NotIn: lambda a, b: ~np.isin(a, b)}
 
 
 @dataclass(frozen=True)
 class Constraint:
     """A boolean expression over knob names, e.g. ``"nproc * threads <= 2"`` or
     ``"not (compile == 'on' and checkpointing == 'selective')"``. Evaluated by a small
-    whitelisting interpreter, never by ``eval``."""
+    whitelisting interpreter, never by ``eval``; numpy operators make the same code work
+    on one config (scalars) and on whole columns of configs at once."""
 
     expr: str
     _tree: ast.Expression = field(init=False, repr=False, compare=False)
@@ -85,7 +92,12 @@ class Constraint:
     def holds(self, config: Mapping[str, Value]) -> bool:
         return bool(self._eval(self._tree.body, config))
 
-    def _eval(self, node: ast.AST, env: Mapping[str, Value]) -> Any:
+    def mask(self, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Whether the constraint holds, for every row of knob-value ``columns``."""
+        num_rows = len(next(iter(columns.values())))
+        return np.broadcast_to(np.asarray(self._eval(self._tree.body, columns), dtype=bool), (num_rows,))
+
+    def _eval(self, node: ast.AST, env: Mapping[str, Any]) -> Any:
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name):
@@ -93,23 +105,22 @@ class Constraint:
                 return node.id == "True"
             return env[node.id]
         if isinstance(node, (ast.Tuple, ast.List)):
-            return tuple(self._eval(e, env) for e in node.elts)
+            return [self._eval(e, env) for e in node.elts]
         if isinstance(node, ast.BoolOp):
-            vals = (self._eval(v, env) for v in node.values)
-            return all(vals) if isinstance(node.op, ast.And) else any(vals)
+            combine = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+            return functools.reduce(combine, (self._eval(v, env) for v in node.values))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
             val = self._eval(node.operand, env)
-            return (not val) if isinstance(node.op, ast.Not) else -val
+            return np.logical_not(val) if isinstance(node.op, ast.Not) else -val
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             return _BINOPS[type(node.op)](self._eval(node.left, env), self._eval(node.right, env))
-        if isinstance(node, ast.Compare):
-            left = self._eval(node.left, env)
+        if isinstance(node, ast.Compare) and all(type(op) in _CMPOPS for op in node.ops):
+            left, out = self._eval(node.left, env), True
             for op, comp in zip(node.ops, node.comparators):
                 right = self._eval(comp, env)
-                if type(op) not in _CMPOPS or not _CMPOPS[type(op)](left, right):
-                    return False
+                out = np.logical_and(out, _CMPOPS[type(op)](left, right))
                 left = right
-            return True
+            return out
         raise SpecError(f"constraint {self.expr!r}: unsupported syntax {type(node).__name__}")
 
 
@@ -177,17 +188,33 @@ class KnobSpace:
         for combo in itertools.product(*(k.values for k in self.knobs)):
             yield dict(zip(self.names, combo))
 
-    @cached_property
-    def feasible(self) -> tuple[Config, ...]:
-        """Every feasible config, in a fixed order."""
-        return tuple(c for c in self.iter_all() if self.is_feasible(c))
+    def index_grid(self) -> np.ndarray:
+        """``[size, num_knobs]`` value indices of every config, in product order (last knob fastest)."""
+        shape = [len(k.values) for k in self.knobs]
+        return np.indices(shape).reshape(len(shape), -1).T
+
+    def columns(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Knob columns (values, not indices) for rows of value indices."""
+        return {k.name: np.array(k.values, dtype=object if _mixed(k.values) else None)[idx[:, j]]
+                for j, k in enumerate(self.knobs)}
+
+    def feasible_mask(self, idx: np.ndarray) -> np.ndarray:
+        cols = self.columns(idx)
+        mask = np.ones(len(idx), dtype=bool)
+        for c in self.constraints:
+            mask &= c.mask(cols)
+        return mask
 
     @cached_property
     def feasible_index_matrix(self) -> np.ndarray:
         """``[num_feasible, num_knobs]`` value indices of ``feasible``, for vectorised models."""
-        return np.array([self.indices(c) for c in self.feasible], dtype=np.int64).reshape(
-            len(self.feasible), len(self.knobs)
-        )
+        idx = self.index_grid()
+        return idx[self.feasible_mask(idx)]
+
+    @cached_property
+    def feasible(self) -> tuple[Config, ...]:
+        """Every feasible config, in product order."""
+        return tuple(self.from_indices(row) for row in self.feasible_index_matrix.tolist())
 
     def sample(self, rng: np.random.Generator, num_configs: int, *, exclude: Iterable[tuple] = ()) -> list[Config]:
         """Up to ``num_configs`` distinct feasible configs drawn uniformly, none in ``exclude``."""

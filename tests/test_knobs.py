@@ -60,3 +60,8 @@ def test_constraints_never_evaluate_arbitrary_code():
 def test_constraint_on_unknown_knob_is_a_spec_error():
     with pytest.raises(SpecError, match=r"unknown knob\(s\) \['gpus'\]"):
         KnobSpace((Knob(name="nproc", values=(1, 2)),), (Constraint("nproc <= gpus"),))
+
+
+def test_vectorised_feasibility_matches_one_config_at_a_time(space):
+    one_by_one = [c for c in space.iter_all() if space.is_feasible(c)]
+    assert list(space.feasible) == one_by_one
