@@ -126,6 +126,8 @@ def _describe(err: dict) -> str:
 
 
 def parse_spec(data: dict, *, source: str, base_dir: Path) -> CampaignSpec:
+    if data.get("backend") == "sim" and isinstance(data.get("sim_workload"), str):
+        data = _with_sim_defaults(data, source)
     try:
         spec = CampaignSpec.model_validate(data)
     except ValidationError as exc:
@@ -134,6 +136,22 @@ def parse_spec(data: dict, *, source: str, base_dir: Path) -> CampaignSpec:
     spec = spec.model_copy(update={"workload_dir": (base_dir / spec.workload_dir).resolve()})
     check_consistency(spec, source)
     return spec
+
+
+def _with_sim_defaults(data: dict, source: str) -> dict:
+    from infrarsi.sim.workloads import workload_names
+    from infrarsi.sim_trial import sim_spec_defaults
+
+    if data["sim_workload"] not in workload_names():
+        raise SpecError(f"{source}: sim_workload {data['sim_workload']!r} is unknown; "
+                        f"choose one of {workload_names()}")
+    merged = sim_spec_defaults(data["sim_workload"])
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 def load_spec(path: Path | str) -> CampaignSpec:
