@@ -18,3 +18,12 @@ def ray_session():
                  configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One temporary Prefect server for every flow test (each start costs ~11 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield

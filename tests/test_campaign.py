@@ -1,0 +1,87 @@
+"""A whole campaign through the Prefect flow on real parts: Ray actors, torch training on
+the tiny GPT, a SQLite MLflow store, a git repository. One campaign, several assertions."""
+
+import json
+import subprocess
+import sys
+
+import git
+import pytest
+from mlflow.tracking import MlflowClient
+
+from campaign_specs import measure_peak_rss, tiny_spec
+from infrarsi.cli import main
+from infrarsi.ledger import Ledger
+from infrarsi.workspace import CampaignDir
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory, ray_session, prefect_harness):
+    tmp = tmp_path_factory.mktemp("campaign")
+    # micro-batch 64 adds ~200 MiB of activations over micro-batch 2 on this flavour; a
+    # capacity 120 MiB above the measured small peak makes it a real OOM on any machine.
+    capacity = measure_peak_rss(2, tmp) + 120 * MIB
+    spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=7)
+    from flows.campaign import campaign as campaign_flow
+
+    summary = campaign_flow(spec=str(spec), out=str(tmp / "out"))
+    return summary, CampaignDir(tmp / "out" / summary["campaign_id"]), capacity
+
+
+def test_every_search_config_was_tried_and_recorded_in_the_ledger(campaign):
+    summary, cdir, _ = campaign
+    trials = Ledger(cdir.ledger).trials()
+    search = [t for t in trials if t.role.value == "search"]
+    assert len(search) == 7 == summary["num_search_trials"]
+    assert {t.role.value for t in trials} >= {"doctor", "calibrate", "search", "verify", "verify_baseline"}
+    assert sum(summary["trials_by_outcome"].values()) == len(trials)
+
+
+def test_micro_batch_64_ooms_and_is_recorded_as_a_censored_observation(campaign):
+    summary, cdir, capacity = campaign
+    ooms = [t for t in Ledger(cdir.ledger).trials() if t.outcome.value == "oom"]
+    assert ooms and all(t.config["micro_batch"] == 64 for t in ooms)
+    assert all(t.peak_memory_bytes >= capacity for t in ooms)
+    assert summary["failed_trial_seconds"] > 0
+
+
+def test_mlflow_holds_a_child_run_per_trial_including_the_oom(campaign):
+    summary, cdir, _ = campaign
+    client = MlflowClient(cdir.default_tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("infrarsi-gpt-tiny").experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = '{summary['mlflow_parent_run_id']}'")
+    assert len(runs) == len(Ledger(cdir.ledger).trials())
+    oom_runs = [r for r in runs if r.data.tags["infrarsi.outcome"] == "oom"]
+    assert oom_runs and all(r.info.status == "FAILED" for r in oom_runs)
+
+
+def test_a_verified_speedup_is_staged_as_a_branch_without_touching_the_checkout(campaign):
+    summary, cdir, _ = campaign
+    assert summary["verified_speedup"] > 1 and summary["speedup_ci"][0] > 1
+    oom_configs = [t.config for t in Ledger(cdir.ledger).trials() if t.outcome.value == "oom"]
+    assert summary["promoted_config"] not in oom_configs
+    repo = git.Repo(cdir.snapshot / "gpt")
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=True)
+    promoted = repo.git.show(f"{summary['branch']}:infrarsi_promoted.toml")
+    assert "[config]" in promoted and "speedup" in promoted
+    assert "Audit:" in repo.commit(summary["branch"]).message
+
+
+def test_the_report_exists_and_can_be_rebuilt_from_the_folder(campaign, capsys):
+    summary, cdir, _ = campaign
+    md = cdir.report_md.read_text()
+    assert "Verified speedup" in md and "| oom |" in md
+    assert main(["report", str(cdir.root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["campaign_id"] == summary["campaign_id"]
+
+
+def test_a_broken_spec_fails_with_a_clear_message_before_any_trial(tmp_path):
+    spec = tmp_path / "broken.toml"
+    spec.write_text('name = "x"\nworkload_dir = "."\ncommand = ["{python}", "train.py"]\n')
+    out = subprocess.run([sys.executable, "-m", "infrarsi.cli", "campaign", str(spec), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "invalid campaign spec" in out.stderr and "knobs: Field required" in out.stderr
+    assert not (tmp_path / "o").exists()
