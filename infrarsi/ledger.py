@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,7 +22,7 @@ class Ledger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def append(self, kind: str, payload: dict[str, Any]) -> None:
-        line = json.dumps({"kind": kind, **payload}, sort_keys=True, default=str)
+        line = json.dumps({"kind": kind, "recorded_at": time.time(), **payload}, sort_keys=True, default=str)
         with open(self.path, "a") as f:
             f.write(line + "\n")
             f.flush()

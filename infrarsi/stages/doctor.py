@@ -57,7 +57,8 @@ class DoctorReport:
 
 
 def _cv(values: list[float]) -> float:
-    return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else 0.0
+    mean = statistics.mean(values)
+    return statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
 
 
 def _baseline_runs(rt: CampaignRuntime) -> list[TrialResult]:
