@@ -7,10 +7,12 @@ from infrarsi.proposers.base import Proposer, SearchContext
 
 
 def _registry() -> dict[str, type[Proposer]]:
+    from infrarsi.proposers.engine import InfraRSIProposer
+    from infrarsi.proposers.greedy import GreedyProposer
     from infrarsi.proposers.optuna_samplers import GPProposer, TPEProposer
     from infrarsi.proposers.random import RandomProposer
 
-    classes: list[type[Proposer]] = [RandomProposer, TPEProposer, GPProposer]
+    classes: list[type[Proposer]] = [RandomProposer, TPEProposer, GPProposer, GreedyProposer, InfraRSIProposer]
     return {c.name: c for c in classes}
 
 

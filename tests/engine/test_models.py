@@ -1,0 +1,118 @@
+"""Engine models against planted truth (tests/synthetic_problem.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from infrarsi.engine.crash_model import CrashModel
+from infrarsi.engine.encoding import Encoding
+from infrarsi.engine.memory_model import AT_LEAST, EXACT, MemoryModel
+from infrarsi.engine.revision import miscalibrated, revise_priors
+from infrarsi.engine.time_model import TimeModel
+from infrarsi.priors import Priors, SettingPrior
+from infrarsi.trial import Outcome
+from synthetic_problem import BASELINE, CRASH_PAIR, INTERACTION, MEMORY, SPACE, TIME, SyntheticProblem
+
+ENC = Encoding(SPACE, BASELINE)
+
+
+def _time_data(seed: int = 0):
+    prob = SyntheticProblem(seed=seed)
+    configs = list(SPACE.feasible)
+    y = np.array([prob.log_time(c) + prob.rng.normal(0, 0.02) for c in configs])
+    return ENC.configs(configs), y
+
+
+def test_time_model_recovers_main_effects_and_planted_interaction():
+    x, y = _time_data()
+    model = TimeModel(ENC, Priors()).fit(x, y)
+    mean, _ = model.main_effects()
+    for j in range(ENC.num_settings):
+        assert abs(mean[j] - TIME.get(ENC.label(j), 0.0)) < 0.03, ENC.label(j)
+    (a, b), effect = next(iter(INTERACTION.items()))
+    planted = (ENC.column_of(*a), ENC.column_of(*b))
+    assert planted in model.pairs
+    found = {tuple(map(tuple, d["settings"])): d["log_time_effect"] for d in model.interactions()}
+    assert abs(found[(a, b)] - effect) < 0.03
+    assert len(model.pairs) <= 3  # evidence-gated: no flood of spurious pairs
+    assert 0.01 < model.noise_std < 0.04
+
+
+def test_time_model_without_data_returns_the_prior():
+    prior = Priors.of([SettingPrior(knob="compile", value="on", log_time_mean=-0.2, log_time_std=0.1)], "t")
+    model = TimeModel(ENC, prior).fit(np.zeros((0, 5), dtype=int), np.zeros(0))
+    mean, sd = model.main_effects()
+    j = ENC.column_of("compile", "on")
+    assert mean[j] == -0.2 and math.isclose(sd[j], 0.1)
+
+
+TIGHT_CAPACITY = 16 * 2**30  # below the synthetic wall: a good part of the configs OOM
+
+
+def _memory_data(num_trials: int, seed: int, noise_sd: float = 0.05):
+    """An early campaign: ``num_trials`` random configs, peaks censored at the capacity."""
+    prob = SyntheticProblem(seed=seed)
+    configs = SPACE.sample(np.random.default_rng(seed), num_trials)
+    log_peak = np.array([prob.log_memory(c) + prob.rng.normal(0, noise_sd) for c in configs])
+    cap = math.log(TIGHT_CAPACITY)
+    kinds = np.where(log_peak >= cap, AT_LEAST, EXACT)
+    return ENC.configs(configs), kinds, np.minimum(log_peak, cap)
+
+
+def _memory_error(model: MemoryModel) -> float:
+    mean, _ = model.main_effects()
+    truth = np.array([MEMORY.get(ENC.label(j), 0.0) for j in range(ENC.num_settings)])
+    return float(np.sqrt(np.mean((mean - truth) ** 2)))
+
+
+def test_censored_memory_model_beats_dropping_ooms():
+    errors = []
+    for seed in range(8):
+        x, kinds, y = _memory_data(20, seed)
+        censored = MemoryModel(ENC, Priors(), TIGHT_CAPACITY).fit(x, kinds, y)
+        ok = kinds == EXACT
+        dropped = MemoryModel(ENC, Priors(), TIGHT_CAPACITY).fit(x[ok], kinds[ok], y[ok])
+        errors.append((_memory_error(censored), _memory_error(dropped), int((~ok).sum())))
+    censored_err, dropped_err, num_censored = np.array(errors).T
+    assert num_censored.sum() >= 30  # the data really is partly censored
+    assert (censored_err <= dropped_err + 1e-3).all()
+    assert censored_err.mean() < 0.1
+    assert censored_err.mean() < 0.75 * dropped_err.mean()
+
+
+def test_memory_fit_probability_follows_the_wall():
+    x, kinds, y = _memory_data(40, seed=1, noise_sd=0.01)
+    model = MemoryModel(ENC, Priors(), TIGHT_CAPACITY).fit(x, kinds, y)
+    prob = SyntheticProblem()
+    p = model.fit_probability_main(ENC.feasible_main)
+    fits = np.array([prob.log_memory(c) < math.log(TIGHT_CAPACITY) for c in SPACE.feasible])
+    assert p[fits].mean() > 0.8 and p[~fits].mean() < 0.2
+
+
+def test_crash_model_flags_the_planted_pair_not_its_settings():
+    prob = SyntheticProblem(seed=2)
+    results = [prob.run(c) for c in SPACE.sample(np.random.default_rng(2), 50)]
+    ran = [r for r in results if r.outcome in (Outcome.OK, Outcome.CRASH)]
+    model = CrashModel(SPACE).fit(ENC.configs([r.config for r in ran]),
+                                  np.array([r.outcome is Outcome.CRASH for r in ran]), [r.trial_id for r in ran])
+    flagged = model.flagged()
+    assert [tuple(map(tuple, f["settings"])) for f in flagged] == [CRASH_PAIR]
+    assert flagged[0]["crashed_trials"] == sorted(r.trial_id for r in ran if r.outcome is Outcome.CRASH)
+    p_ok = model.no_crash_probability(SPACE.feasible_index_matrix)
+    crashes = np.array([prob.crashes(c) for c in SPACE.feasible])
+    assert p_ok[crashes].max() < 0.5 and p_ok[~crashes].min() > 0.8
+
+
+def test_prior_revision_flags_a_wrong_prior_and_not_a_right_one():
+    priors = Priors.of([
+        SettingPrior(knob="attention", value="sdpa", log_time_mean=math.log(1.5), log_time_std=0.1),  # wrong
+        SettingPrior(knob="compile", value="on", log_time_mean=-0.2, log_time_std=0.1),  # right
+    ], "test")
+    x, y = _time_data()
+    time_model = TimeModel(ENC, priors).fit(x, y)
+    memory_model = MemoryModel(ENC, priors, None)
+    flagged = miscalibrated(revise_priors(ENC, priors, time_model, memory_model))
+    assert [(r["knob"], r["value"]) for r in flagged] == [("attention", "sdpa")]
+    assert flagged[0]["time"]["gap_prior_sd"] < -2
