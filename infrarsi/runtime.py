@@ -7,6 +7,7 @@ the progress callback.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -44,7 +45,10 @@ class CampaignRuntime:
                                           "contract_hash": contract.contract_hash},
             tags={"infrarsi.hardware": contract.hardware_hash})
         self._pool: TrialPool | None = None
-        self._num_ids = len({t.trial_id for t in self.ledger.trials()})
+        # Ids continue after every trial folder, recorded or not: a trial orphaned by a killed
+        # campaign may still be writing into its folder when the campaign resumes.
+        existing = [p.name for p in cdir.trials.glob("t[0-9]*")] + [t.trial_id for t in self.ledger.trials()]
+        self._num_ids = max((int(n[1:]) for n in existing if n[1:].isdigit()), default=0)
 
     @property
     def pool(self) -> TrialPool:
@@ -55,18 +59,37 @@ class CampaignRuntime:
                                                 concurrency=self.settings.concurrency or res.concurrency))
         return self._pool
 
-    def request(self, config: Config, role: Role) -> TrialRequest:
+    def request(self, config: Config, role: Role, *, seed: int | None = None) -> TrialRequest:
+        """The trial for ``config``; ``seed`` replaces the contract's seed in the command."""
         self._num_ids += 1
         trial_id = f"t{self._num_ids:04d}"
-        argv, env = render_command(self.spec, self.space, config)
+        argv, env = render_command(self.spec, self.space, config, seed=seed)
         res, c = self.spec.resources, self.spec.contract
         return TrialRequest(
-            trial_id=trial_id, config=dict(config), role=role, argv=argv, env=env, cwd=str(self.contract.workdir),
+            trial_id=trial_id, config=dict(config), role=role, argv=argv, env=env, cwd=str(self.workdir_for(config)),
             trial_dir=str(self.cdir.trials / trial_id), memory_capacity_bytes=int(self.spec.device.memory_capacity),
             emulate_capacity=self.spec.device.emulate_capacity, timeout_s=self.spec.budget.trial_timeout_s,
             warmup_steps=c.warmup_steps, num_steps=c.num_steps, locked_hashes=dict(self.contract.locked_hashes),
             devices_per_trial=res.gpus_per_trial or res.cpus_per_trial, backend=self.spec.backend,
             sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids)
+
+    def workdir_for(self, config: Config) -> Path:
+        """Where ``config`` runs: the contract's workdir, or for a config that switches
+        patches on, a worktree of the snapshot with those patches (one per patch set,
+        made once under the campaign folder). Locked hashes stay the contract's."""
+        from infrarsi.patches import contract_patches, enabled_patches
+
+        patches = enabled_patches(config, contract_patches(self.contract))
+        if not patches:
+            return Path(self.contract.workdir)
+        from infrarsi.adapters.git_branch import patch_worktree, repository_root
+
+        repo = repository_root(self.contract.workdir)
+        rel_dir = Path(self.contract.workdir).resolve().relative_to(repo)
+        key = hashlib.sha256(",".join(p.name for p in patches).encode()).hexdigest()[:10]
+        tree = patch_worktree(repo, self.cdir.root / "worktrees" / key, {p.name: p.diff for p in patches},
+                              directory=rel_dir.as_posix())
+        return tree / rel_dir
 
     def record(self, result: TrialResult) -> None:
         self.ledger.append_trial(result)
@@ -75,10 +98,10 @@ class CampaignRuntime:
         if self.settings.on_result:
             self.settings.on_result(result)
 
-    def run_one(self, config: Config, role: Role, *, check: Callable[[TrialResult], TrialResult] | None = None
-                ) -> TrialResult:
+    def run_one(self, config: Config, role: Role, *, check: Callable[[TrialResult], TrialResult] | None = None,
+                seed: int | None = None) -> TrialResult:
         """Run a trial to its end on the pool, record every attempt, return the final one."""
-        attempts = [check(r) if check else r for r in self.pool.run_one(self.request(config, role))]
+        attempts = [check(r) if check else r for r in self.pool.run_one(self.request(config, role, seed=seed))]
         for r in attempts:
             self.record(r)
         return attempts[-1]

@@ -22,6 +22,8 @@ from infrarsi.knobs import Constraint, Knob, KnobSpace
 Scalar = bool | int | float | str
 # Placeholders every command template may use, besides knobs declared `placeholder = true`.
 CONTRACT_PLACEHOLDERS = ("python", "seq_len", "global_batch_tokens", "num_steps", "seed")
+# Environment the harness owns (the metrics file it reads); no knob or spec may set it.
+RESERVED_ENV_PREFIX = "INFRARSI_"
 
 
 class _Model(BaseModel):
@@ -34,6 +36,19 @@ class KnobSpec(_Model):
     env: str | None = None
     placeholder: bool = False
     description: str = ""
+
+    @model_validator(mode="after")
+    def _no_smuggling(self) -> "KnobSpec":
+        # A value is one argv entry, never spliced into a shell; one that looks like more
+        # arguments ("2 --steps 1") is a mistake or an attempt to change the contract.
+        if self.flag is not None or self.placeholder:
+            for v in self.values:
+                if isinstance(v, str) and (v != v.strip() or " " in v or v.startswith("-")):
+                    raise ValueError(f"value {v!r} looks like extra command-line arguments; a knob value "
+                                     "must be one token without spaces that does not start with '-'")
+        if self.env is not None and self.env.startswith(RESERVED_ENV_PREFIX):
+            raise ValueError(f"env {self.env!r} is reserved for the harness (INFRARSI_*); choose another name")
+        return self
 
 
 class ContractSpec(_Model):
@@ -86,6 +101,14 @@ class SearchSpec(_Model):
     batch_size: int | None = Field(default=None, ge=1)
 
 
+class LLMSpec(_Model):
+    base_url: str = Field(description="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    model: str
+    api_key_env: str = Field(default="OPENAI_API_KEY", description="the variable holding the key")
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+
+
 class CampaignSpec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -107,12 +130,38 @@ class CampaignSpec(_Model):
     resources: ResourcesSpec = ResourcesSpec()
     budget: BudgetSpec = BudgetSpec()
     search: SearchSpec = SearchSpec()
+    llm: LLMSpec | None = Field(default=None, description="LLM priors; unset: built-in priors only")
+    patches: list[str] = Field(default=[], description="code patches, each a boolean knob patch_<name>: "
+                               "built-in names (infra_patches/) or folders relative to the spec file")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _patch_knobs_off_in_baseline(cls, data: dict) -> dict:
+        """The baseline runs the code as it is: every patch knob it does not name is False."""
+        if isinstance(data, dict) and data.get("patches") and isinstance(data.get("baseline"), dict):
+            from infrarsi.patches import knob_name
+
+            data = {**data, "baseline": {**{knob_name(p): False for p in data["patches"]}, **data["baseline"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _harness_env(self) -> "CampaignSpec":
+        reserved = [k for k in self.env if k.startswith(RESERVED_ENV_PREFIX)]
+        if reserved:
+            raise ValueError(f"env {reserved} is reserved for the harness (INFRARSI_*); remove it")
+        if self.patches and self.backend != "process":
+            raise ValueError("patches need backend = 'process' (the simulator runs no code)")
+        return self
 
     @property
     def space(self) -> KnobSpace:
+        from infrarsi.patches import knob_name
+
         knobs = tuple(Knob(name=n, values=tuple(k.values), flag=k.flag, env=k.env,
                            placeholder=k.placeholder, description=k.description)
                       for n, k in self.knobs.items())
+        knobs += tuple(Knob(name=knob_name(p), values=(False, True), description=f"code patch {p}")
+                       for p in self.patches)
         return KnobSpace(knobs, tuple(Constraint(c) for c in self.constraints))
 
 

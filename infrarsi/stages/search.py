@@ -20,6 +20,24 @@ class SearchOutcome:
     describe: dict[str, Any]
 
 
+def search_priors(rt: CampaignRuntime) -> Any:
+    """Built-in priors, under the LLM's where the spec names an endpoint. Every fallback
+    and dropped answer is a ledger event, so nothing the LLM said is lost."""
+    from infrarsi import hardware
+    from infrarsi.adapters.llm import LLMSettings, priors_or_fallback
+    from infrarsi.engine.builtin_priors import builtin_priors
+
+    spec, baseline = rt.spec, rt.space.validate(rt.spec.baseline)
+    fallback = builtin_priors(rt.space, baseline)
+    settings = LLMSettings(**spec.llm.model_dump()) if spec.llm else None
+    priors, warnings = priors_or_fallback(settings, rt.space, baseline, workload_description=spec.description,
+                                          hardware_description=hardware.describe(dict(rt.contract.hardware)),
+                                          fallback=fallback, log_dir=rt.cdir.root / "llm")
+    if settings is not None:
+        rt.ledger.append("priors", {"source": priors.source, "warnings": warnings})
+    return priors
+
+
 def build_proposer(rt: CampaignRuntime, name: str, priors: Any = None) -> Proposer:
     spec = rt.spec
     ctx = SearchContext(space=rt.space, baseline=rt.space.validate(spec.baseline),
@@ -34,7 +52,7 @@ def _final(results: list[TrialResult], roles: set[Role]) -> list[TrialResult]:
 
 def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str, num_trials: int,
                priors: Any = None) -> SearchOutcome:
-    proposer = build_proposer(rt, proposer_name, priors)
+    proposer = build_proposer(rt, proposer_name, priors if priors is not None else search_priors(rt))
     history = rt.ledger.trials()
     if not _final(history, {Role.DOCTOR}):  # doctor came from the cache
         proposer.observe(baseline_observation(doctor, int(rt.spec.device.memory_capacity)))
