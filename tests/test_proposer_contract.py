@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 
@@ -45,17 +44,7 @@ def drive(proposer, batch: int, rounds: int, force: Outcome | None = None) -> li
     return out
 
 
-# Optuna's GPSampler refits a GP on every ask (~2 s each on a 2-core CPU), so its contract
-# run takes minutes; it runs when INFRARSI_SLOW_TESTS is set.
-_SLOW = {"gp"}
-
-
-def _params() -> list:
-    skip = pytest.mark.skipif(not os.environ.get("INFRARSI_SLOW_TESTS"), reason="slow: set INFRARSI_SLOW_TESTS=1")
-    return [pytest.param(n, marks=skip) if n in _SLOW else n for n in proposer_names()]
-
-
-@pytest.fixture(params=_params())
+@pytest.fixture(params=proposer_names())
 def name(request) -> str:
     return request.param
 

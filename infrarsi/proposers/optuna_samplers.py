@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from infrarsi.knobs import Config
 from infrarsi.proposers.base import Proposer, SearchContext
 from infrarsi.trial import Outcome, TrialResult
 
-_MAX_ASKS_PER_SUGGESTION = 50
 
 
 class _OptunaProposer(Proposer):
@@ -44,25 +45,35 @@ class _OptunaProposer(Proposer):
 
     def _propose(self, num_configs: int) -> list[Config]:
         out: list[Config] = []
-        for _ in range(num_configs * _MAX_ASKS_PER_SUGGESTION):
-            if len(out) == num_configs:
-                break
-            trial = self.study.ask(self._dists)
+        for _ in range(num_configs):
+            trial = self.study.ask(self._dists)  # one sampler fit per suggestion
             cfg = {n: trial.params[n] for n in self.space.names}
             key = self.space.key(cfg)
-            if not self.space.is_feasible(cfg):
-                self._tell(trial, self._penalty(), {"oom": 0.0, "crash": 1.0})
-            elif key in self._known:
-                self._tell(trial, *self._known[key])
-            elif key in self._pending or key in self._seen or any(self.space.key(c) == key for c in out):
-                self.study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
-            else:
+            taken = self._seen | set(self._pending) | {self.space.key(c) for c in out}
+            if self.space.is_feasible(cfg) and key not in taken:
                 self._pending[key] = trial
                 out.append(cfg)
-        if len(out) < num_configs:  # the sampler keeps repeating itself: fill at random
-            taken = self._seen | {self.space.key(c) for c in out}
-            out += self.space.sample(self.rng, num_configs - len(out), exclude=taken)
+                continue
+            # Optuna samples the product space and knows no constraints: move an infeasible
+            # or repeated point to the nearest feasible unseen config (a user would do the
+            # same) and tell the sampler the config it will actually get, not a fake value.
+            self.study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+            nearest = self._nearest_unseen(cfg, taken)
+            if nearest is not None:
+                out.append(nearest)
         return out
+
+    def _nearest_unseen(self, cfg: Config, taken: set[tuple]) -> Config | None:
+        idx = self.space.feasible_index_matrix
+        if not len(idx):
+            return None
+        target = np.array(self.space.indices(cfg))
+        distance = (idx != target).sum(axis=1) + self.rng.random(len(idx)) * 0.5  # random tie-break
+        for row in np.argsort(distance):
+            candidate = self.space.from_indices(idx[row])
+            if self.space.key(candidate) not in taken:
+                return candidate
+        return None
 
     def _observe(self, result: TrialResult) -> None:
         key = self.space.key(result.config)
