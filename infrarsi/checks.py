@@ -18,6 +18,7 @@ from infrarsi.trial import Outcome, TrialResult
 class LossReference:
     losses: tuple[float, ...]
     tolerance: float  # max relative per-step deviation
+    name: str = "the baseline"  # what the losses are, for the violation message
 
     def deviation(self, losses: Sequence[float]) -> tuple[float, int]:
         """Largest signed relative deviation from the reference and the step it occurs at."""
@@ -46,7 +47,7 @@ def contract_problems(result: TrialResult, contract: ContractSpec, reference: Lo
         dev, step = reference.deviation(result.losses)
         if abs(dev) > reference.tolerance:
             side = "below" if dev < 0 else "above"
-            problems.append(f"loss at step {step} is {abs(dev):.2%} {side} the baseline "
+            problems.append(f"loss at step {step} is {abs(dev):.2%} {side} {reference.name} "
                             f"(tolerance {reference.tolerance:.2%})")
     return problems
 

@@ -18,7 +18,8 @@ import git
 
 from infrarsi.errors import InfrarsiError, PatchError
 
-__all__ = ["BranchError", "changed_paths", "ensure_repository", "repository_root", "snapshot", "stage_branch"]
+__all__ = ["BranchError", "changed_paths", "check_patches_apply", "ensure_repository", "patch_worktree",
+           "repository_root", "snapshot", "stage_branch"]
 
 AUTHOR_NAME = "infrarsi"
 AUTHOR_EMAIL = "infrarsi@localhost"
@@ -90,12 +91,14 @@ def stage_branch(
     patches: Sequence[str] | Mapping[str, str] = (),
     message: str,
     replace: bool = False,
+    directory: str = "",
 ) -> str:
     """Commit ``patches`` (unified diffs, applied in order) and ``files`` (repo-relative
     path -> new content) on top of ``base`` as ``branch``; return the commit sha.
 
-    ``patches`` may map a name to each diff, for the error message. An existing branch is
-    an error unless ``replace=True``. Raises PatchError when a patch does not apply.
+    ``patches`` may map a name to each diff, for the error message; ``directory`` is the
+    folder (relative to the repository root) their paths are relative to. An existing branch
+    is an error unless ``replace=True``. Raises PatchError when a patch does not apply.
     """
     repo = git.Repo(repo_path)
     _check_branch_name(repo, branch)
@@ -119,7 +122,7 @@ def stage_branch(
     try:
         wt = git.Repo(worktree)
         for name, diff in named.items():
-            _apply_patch(wt, name, diff, scratch / "patch.diff")
+            _apply_patch(wt, name, diff, scratch / "patch.diff", directory)
         for rel_path, content in (files or {}).items():
             target = worktree / _safe_relative(rel_path)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -197,14 +200,78 @@ _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f
             "r": "\r", "v": "\v"}
 
 
-def _apply_patch(wt: git.Repo, name: str, diff: str, patch_file: Path) -> None:
+def _apply_patch(wt: git.Repo, name: str, diff: str, patch_file: Path, directory: str = "") -> None:
     patch_file.write_text(diff if diff.endswith("\n") else diff + "\n")
+    where = [f"--directory={directory}"] if directory not in ("", ".") else []
     try:
-        wt.git.apply("--check", str(patch_file))
+        wt.git.apply("--check", *where, str(patch_file))
     except git.GitCommandError as exc:
         raise PatchError(f"{name} does not apply to the base commit: {_git_message(exc)}; "
                          "regenerate it against this commit") from exc
-    wt.git.apply("--index", str(patch_file))
+    wt.git.apply("--index", *where, str(patch_file))
+
+
+def check_patches_apply(repo_path: Path, patches: Mapping[str, str], *, directory: str = "",
+                        base: str = "HEAD") -> list[tuple[str, str]]:
+    """Raise PatchError unless every patch applies to ``base`` on its own; return the pairs
+    that do not apply together (in order). Works in a throwaway worktree: ``repo_path``'s
+    checkout is not touched."""
+    if not patches:
+        return []
+    repo = git.Repo(repo_path)
+    scratch = Path(tempfile.mkdtemp(prefix="infrarsi-check-"))
+    where = [f"--directory={directory}"] if directory not in ("", ".") else []
+    files = {}
+    for i, (name, diff) in enumerate(patches.items()):
+        files[name] = scratch / f"{i}.diff"
+        files[name].write_text(diff if diff.endswith("\n") else diff + "\n")
+    try:
+        repo.git.worktree("add", "--detach", str(scratch / "tree"), base)
+        wt = git.Repo(scratch / "tree")
+        for name, diff in patches.items():
+            _apply_patch(wt, name, diff, scratch / "patch.diff", directory)
+            wt.git.reset("--hard", "-q")
+        conflicts = []
+        names = list(patches)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                # One `git apply --check a b` checks each against the base; apply a for real.
+                wt.git.apply(*where, str(files[a]))
+                try:
+                    wt.git.apply("--check", *where, str(files[b]))
+                except git.GitCommandError:
+                    conflicts.append((a, b))
+                wt.git.reset("--hard", "-q")
+                wt.git.clean("-fdq")
+        return conflicts
+    finally:
+        if (scratch / "tree").exists():
+            repo.git.worktree("remove", "--force", str(scratch / "tree"))
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def patch_worktree(repo_path: Path, dest: Path, patches: Mapping[str, str], *, directory: str = "",
+                   base: str = "HEAD") -> Path:
+    """A worktree of ``base`` at ``dest`` with ``patches`` applied and committed on a detached
+    HEAD; created once, then reused. It is never silently repaired: trials of the same patch
+    set may run in it at once, and a trial that edits a locked file must leave the evidence
+    for the launcher's check. The checkout at ``repo_path`` and its branches are never touched."""
+    dest = Path(dest).resolve()
+    ready = dest.with_name(dest.name + ".ready")
+    if not ready.exists():
+        repo = git.Repo(repo_path)
+        if dest.exists():  # a half-made worktree from an interrupted campaign
+            repo.git.worktree("remove", "--force", str(dest))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        repo.git.worktree("add", "--detach", str(dest), base)
+        wt = git.Repo(dest)
+        for name, diff in patches.items():
+            _apply_patch(wt, name, diff, dest.parent / f"{dest.name}.diff", directory)
+        with wt.git.custom_environment(**_IDENTITY):
+            wt.git.commit("--allow-empty", "--no-verify", "--no-gpg-sign", "-q",
+                          "-m", "infrarsi: patches " + ", ".join(patches))
+        ready.write_text("\n".join(patches) + "\n")
+    return dest
 
 
 def _check_branch_name(repo: git.Repo, branch: str) -> None:

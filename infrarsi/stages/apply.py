@@ -1,8 +1,8 @@
 """apply: stage the promoted config as a git branch in the target repository.
 
-The branch holds one file, ``infrarsi_promoted.toml`` next to the workload, with the
-promoted knob values, the launch command that carries them and the evidence; the commit
-message carries the audit. The user's checkout is never touched (a separate worktree).
+The branch holds ``infrarsi_promoted.toml`` next to the workload, with the promoted knob
+values, the launch command that carries them and the evidence, plus the code change of
+every patch the promoted config switches on; the commit message carries the audit. The user's checkout is never touched (a separate worktree).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def commit_message(contract: Contract, doctor: DoctorReport, verification: Verif
         "Audit:",
         f"- contract {contract.contract_hash}; locked files unchanged: {', '.join(contract.locked_hashes) or '-'}",
         f"- loss within {doctor.loss_tolerance:.2%} of the baseline on every verification run",
+        f"- canary seeds of the pairs: {list(v.canary_seeds)}",
         f"- baseline config: {json.dumps(doctor.baseline)}",
         f"- hardware: {contract.hardware_hash}",
     ]) + "\n"
@@ -74,8 +75,12 @@ def run_apply(contract: Contract, cdir: CampaignDir, doctor: DoctorReport, verif
         repo = repository_root(contract.workdir)
         rel_dir = Path(contract.workdir).resolve().relative_to(repo)
         branch = f"infrarsi/{contract.campaign_id}"
+        from infrarsi.patches import contract_patches, enabled_patches
+
+        patches = enabled_patches(verification.promoted.config, contract_patches(contract))
         commit = stage_branch(repo, branch, files={(rel_dir / PROMOTED_FILE).as_posix():
                                                    promoted_file(contract, doctor, verification)},
+                              patches={p.name: p.diff for p in patches}, directory=rel_dir.as_posix(),
                               message=commit_message(contract, doctor, verification))
         result.update(branch=branch, commit=commit, repository=str(repo))
     cdir.write_json(apply_json, result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi import hardware
@@ -53,15 +54,45 @@ def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | 
     locked = [] if spec.backend == "sim" else matching_files(workdir, c.locked)
     editable = [] if spec.backend == "sim" else [p for p in matching_files(workdir, c.editable) if p not in locked]
     fp = hardware.fingerprint()
+    extra: dict = {"sim_workload": spec.sim_workload} if spec.backend == "sim" else {}
+    if spec.patches:
+        extra["patches"], conflicts = _gated_patches(spec, spec_path, workdir, locked)
+        # Patches that do not apply together are never switched on together.
+        spec = spec.model_copy(update={"constraints": [*spec.constraints, *conflicts]})
     contract = Contract(
         campaign_id=campaign_id, spec=spec, spec_source=str(spec_path.resolve()), workdir=workdir,
         locked_hashes=hash_files(workdir, locked), editable_files=tuple(editable),
         source_hash=_source_hash(workdir, sorted(set(locked) | set(editable))),
         hardware=fp, hardware_hash=hardware.fingerprint_hash(fp),
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-        extra={"sim_workload": spec.sim_workload} if spec.backend == "sim" else {})
+        extra=extra)
     cdir.write_json(cdir.contract, contract.to_json())
     return contract, cdir
+
+
+def _gated_patches(spec: CampaignSpec, spec_path: Path, workdir: Path, locked: list[str]
+                   ) -> tuple[list[dict], list[str]]:
+    """Every listed patch after the gate (inside the editable scope, applies to the snapshot;
+    a patch that fails stops init, before any trial), and a constraint for each pair of
+    patches that do not apply together."""
+    from infrarsi.adapters.git_branch import check_patches_apply, repository_root
+    from infrarsi.patches import load_patches, require_in_scope
+
+    patches = load_patches(spec.patches, spec_path.resolve().parent)
+    scope = _Scope(spec=spec, locked_hashes=dict.fromkeys(locked, ""))
+    for patch in patches:
+        require_in_scope(patch, scope)
+    repo = repository_root(workdir)
+    conflicts = check_patches_apply(repo, {p.name: p.diff for p in patches},
+                                    directory=Path(workdir).resolve().relative_to(repo).as_posix())
+    knobs = {p.name: p.knob for p in patches}
+    return [p.to_json() for p in patches], [f"not ({knobs[a]} and {knobs[b]})" for a, b in conflicts]
+
+
+@dataclass(frozen=True)
+class _Scope:  # what check_scope reads of a contract, before the contract exists
+    spec: CampaignSpec
+    locked_hashes: dict
 
 
 def load_campaign(root: Path) -> tuple[Contract, CampaignDir]:

@@ -7,6 +7,12 @@ speedup is the geometric mean of the paired ratios; its interval is a two-sided 
 interval on the log ratios, whose lower end is the one-sided 95% lower confidence bound.
 A finalist is promoted only if that bound clears 1 + doctor's noise floor and every one
 of its runs keeps the loss trajectory (tests/test_promotion.py measures both error rates).
+
+Each round runs at its own canary seed (the contract's seed + 1000 + round), and every
+candidate run's losses are compared with its paired baseline run's at that seed. The
+search compared losses at the contract's seed, where a job that replays the baseline's
+recorded numbers while skipping the work is indistinguishable from an honest one; at a
+seed it has not seen, its replayed trajectory no longer matches.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any, Mapping
 
 from scipy import stats
 
-from infrarsi.checks import enforce
+from infrarsi.checks import LossReference, enforce
 from infrarsi.knobs import Config
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.doctor import DoctorReport
@@ -39,6 +45,7 @@ class Verdict:
     ci_high: float | None
     promoted: bool
     reason: str
+    canary_seeds: tuple[int, ...] = ()  # the seed of each pair
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +68,7 @@ class VerificationReport:
             v = dict(v)
             v["pairs"] = tuple(tuple(p) for p in v["pairs"])
             v["baseline_times_s"], v["candidate_times_s"] = tuple(v["baseline_times_s"]), tuple(v["candidate_times_s"])
+            v["canary_seeds"] = tuple(v.get("canary_seeds", ()))
             verdicts.append(Verdict(**v))
         return cls(verdicts=tuple(verdicts), noise_floor=d["noise_floor"])
 
@@ -80,11 +88,14 @@ def decide(baseline_s: list[float], candidate_s: list[float], noise_floor: float
     return speedup, low, high, low > 1.0 + noise_floor
 
 
-def _verdict(finalist: TrialResult, rounds: list[tuple[TrialResult, TrialResult]], noise_floor: float) -> Verdict:
+def _verdict(finalist: TrialResult, rounds: list[tuple[TrialResult, TrialResult]], noise_floor: float,
+             contract_seed: int = 0) -> Verdict:
     problems = [f"{r.trial_id} ({r.role.value}) {r.outcome.value}: {r.reason}"
                 for pair in rounds for r in pair if r.outcome is not Outcome.OK]
-    good = [(a, b) for a, b in rounds if a.outcome is Outcome.OK and b.outcome is Outcome.OK]
+    ok = [a.outcome is Outcome.OK and b.outcome is Outcome.OK for a, b in rounds]
+    good = [pair for pair, keep in zip(rounds, ok) if keep]
     common = dict(config=dict(finalist.config), source_trial_id=finalist.trial_id,
+                  canary_seeds=tuple(canary_seed(contract_seed, i) for i, keep in enumerate(ok) if keep),
                   pairs=tuple((a.trial_id, b.trial_id) for a, b in good),
                   baseline_times_s=tuple(a.step_time_s for a, _ in good),
                   candidate_times_s=tuple(b.step_time_s for _, b in good))
@@ -97,18 +108,27 @@ def _verdict(finalist: TrialResult, rounds: list[tuple[TrialResult, TrialResult]
     return Verdict(**common, speedup=speedup, ci_low=low, ci_high=high, promoted=ok, reason=reason)
 
 
+def canary_seed(contract_seed: int, round_index: int) -> int:
+    return contract_seed + 1000 + round_index
+
+
 def _rounds(rt: CampaignRuntime, doctor: DoctorReport, candidates: list[TrialResult]) -> list[list[tuple]]:
     """Per finalist, its (baseline run, candidate run) pairs. A finalist that fails a run
     drops out of later rounds: it cannot be promoted, so its runs would be wasted."""
-    check = lambda r: enforce(r, rt.spec.contract, doctor.loss_reference)  # noqa: E731
+    contract = rt.spec.contract
     pairs: list[list[tuple]] = [[] for _ in candidates]
-    for _ in range(rt.spec.budget.verify_pairs):
+    for round_index in range(rt.spec.budget.verify_pairs):
         alive = [i for i, ps in enumerate(pairs) if all(b.outcome is Outcome.OK for _, b in ps)]
         if not alive:
             break
-        a = rt.run_one(doctor.baseline, Role.VERIFY_BASELINE, check=check)
+        seed = canary_seed(contract.seed, round_index)
+        a = rt.run_one(doctor.baseline, Role.VERIFY_BASELINE, seed=seed,
+                       check=lambda r: enforce(r, contract, None))
+        reference = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
+                                  name=f"the baseline at canary seed {seed} ({a.trial_id})")
+        check = lambda r: enforce(r, contract, reference if a.outcome is Outcome.OK else None)  # noqa: E731
         for i in alive:
-            pairs[i].append((a, rt.run_one(candidates[i].config, Role.VERIFY, check=check)))
+            pairs[i].append((a, rt.run_one(candidates[i].config, Role.VERIFY, check=check, seed=seed)))
     return pairs
 
 
@@ -117,7 +137,8 @@ def run_verification(rt: CampaignRuntime, doctor: DoctorReport, candidates: list
         return VerificationReport.from_json(rt.cdir.read_json(rt.cdir.verification))
     noise_floor = doctor.noise_cv
     rounds = _rounds(rt, doctor, candidates)
-    report = VerificationReport(verdicts=tuple(_verdict(f, ps, noise_floor) for f, ps in zip(candidates, rounds)),
+    report = VerificationReport(verdicts=tuple(_verdict(f, ps, noise_floor, rt.spec.contract.seed)
+                                                for f, ps in zip(candidates, rounds)),
                                 noise_floor=noise_floor)
     rt.cdir.write_json(rt.cdir.verification, report.to_json())
     return report

@@ -1,0 +1,195 @@
+"""The adversarial suite: cheats that try to look faster, each caught for the right reason.
+
+One tiny campaign (the ``tiny`` GPT flavour, 5 steps) holds every in-scope cheat as a
+patch knob. One reference run at the contract's seed serves as doctor; then each cheat
+runs once through the real path: ``CampaignRuntime.request`` (its own git worktree) ->
+``run_process_trial`` -> ``checks.enforce``, recorded in the ledger. Scope cheats and
+launch tricks are refused before any trial. The replay cheat passes the search-time loss
+check and is caught by verification's canary seeds; nothing a cheat touches is promoted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+from adversarial_cheats import TRAIN_CHEATS, replay_cheat, scope_cheat, train_cheat
+from campaign_specs import GPT_DIR
+from infrarsi.checks import enforce
+from infrarsi.errors import PatchError, SpecError
+from infrarsi.launcher import TrialRequest, run_process_trial
+from infrarsi.ledger import Ledger
+from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.spec import load_spec
+from infrarsi.stages.apply import run_apply
+from infrarsi.stages.doctor import DoctorReport, adopt_doctor
+from infrarsi.stages.init import init_campaign
+from infrarsi.stages.verify import run_verification
+from infrarsi.trial import Outcome, Role
+
+ARGV = ["train.py", "--flavour", "tiny", "--seq-len", "{seq_len}", "--global-batch-tokens",
+        "{global_batch_tokens}", "--steps", "{num_steps}", "--seed", "{seed}", "--threads", "1"]
+
+
+class InlinePool:
+    """Runs each trial in this process's thread, one at a time (no Ray: the suite is about
+    what the checks decide, not about scheduling)."""
+
+    def run_one(self, req: TrialRequest) -> list:
+        return [run_process_trial(req)]
+
+    def close(self) -> None:
+        pass
+
+
+def write_spec(tmp: Path, patches: list[str], **overrides: str) -> Path:
+    knob = overrides.get("knob", '[knobs.micro_batch]\nvalues = [4, 8]\nflag = "--micro-batch"')
+    text = "\n".join([
+        'name = "gpt-tiny-adversarial"', f"workload_dir = {json.dumps(str(GPT_DIR))}", 'repository = "copy"',
+        f'command = {json.dumps(["{python}", *ARGV])}', "baseline = { micro_batch = 4 }",
+        f"patches = {json.dumps(patches)}", knob,
+        "[contract]", "seq_len = 128", "global_batch_tokens = 2048", "num_steps = 5", "warmup_steps = 1",
+        "loss_tolerance = 0.001", 'editable = ["model.py", "train.py"]',
+        'locked = ["data.py", "metrics.py", "flavours.py"]',
+        "[device]", 'memory_capacity = "4GiB"',
+        "[budget]", "trial_timeout_s = 120", "verify_pairs = 2", "num_finalists = 2", ""])
+    path = tmp / "adversarial.toml"
+    path.write_text(text)
+    return path
+
+
+def reference_run(tmp: Path, env: dict | None = None):
+    """The baseline at the contract's seed, straight from the workload folder: what a cheat
+    author could have recorded before the campaign."""
+    spec = write_spec(tmp, [])
+    s = load_spec(spec)
+    argv = [a.format(seq_len=128, global_batch_tokens=2048, num_steps=5, seed=s.contract.seed) for a in ARGV]
+    r = run_process_trial(TrialRequest(
+        trial_id="reference", config={}, role=Role.DOCTOR, argv=(sys.executable, *argv, "--micro-batch", "4"),
+        env=env or {}, cwd=str(GPT_DIR), trial_dir=str(tmp / "reference"), memory_capacity_bytes=2**40,
+        emulate_capacity=False, timeout_s=120, warmup_steps=1, num_steps=5))
+    assert r.outcome is Outcome.OK, r.reason
+    return r
+
+
+@pytest.fixture(scope="module")
+def arena(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("adversarial")
+    ref = reference_run(tmp)
+    cheats = tmp / "cheats"
+    refs = [f"cheats/{train_cheat(cheats, n).name}" for n in TRAIN_CHEATS]
+    refs.append(f"cheats/{replay_cheat(cheats, ref.losses).name}")
+    contract, cdir = init_campaign(write_spec(tmp, ["cached_causal_mask", "checkpoint_lm_head", *refs]),
+                                   tmp / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings())
+    rt._pool = InlinePool()
+    baseline = rt.space.validate(contract.spec.baseline)
+    doctor = DoctorReport(
+        baseline=baseline, trial_ids=(ref.trial_id,), step_time_s=ref.step_time_s,
+        run_step_times_s=(ref.step_time_s,), noise_cv=0.05, within_run_cv=0.0, reference_losses=ref.losses,
+        loss_tolerance=contract.spec.contract.loss_tolerance, loss_tolerance_source="spec", calibration=(),
+        peak_memory_bytes=ref.peak_memory_bytes, phases_s={}, tokens_per_step=ref.tokens_per_step)
+    adopt_doctor(rt, doctor)
+    results = {}
+
+    def run(patch_knob: str | None):
+        if patch_knob not in results:
+            cfg = {**baseline, **({patch_knob: True} if patch_knob else {})}
+            r = run_process_trial(rt.request(cfg, Role.SEARCH))
+            r = enforce(r, contract.spec.contract, doctor.loss_reference)
+            rt.record(r)
+            results[patch_knob] = r
+        return results[patch_knob]
+
+    yield {"rt": rt, "contract": contract, "cdir": cdir, "doctor": doctor, "run": run, "tmp": tmp}
+    rt.close()
+
+
+@pytest.mark.parametrize("patch", ["cached_causal_mask", "checkpoint_lm_head"])
+def test_the_honest_builtin_patches_keep_the_loss_trajectory(arena, patch):
+    r = arena["run"](f"patch_{patch}")
+    assert r.outcome is Outcome.OK, r.reason
+    worst, _ = arena["doctor"].loss_reference.deviation(r.losses)
+    assert abs(worst) < 1e-5
+
+
+@pytest.mark.parametrize("cheat,reason", [
+    ("short_seq", "loss at step"),
+    ("fewer_tokens", "tokens per step 1024 != contract 2048"),
+    ("skip_optimizer", "above the baseline"),
+    ("skip_micro_compute", "loss at step"),
+    ("easy_data", "below the baseline"),
+    ("shrink_model", "loss at step"),
+    ("tamper_locked_at_runtime", "locked files modified during the trial: ['data.py']"),
+])
+def test_each_cheat_is_a_contract_violation_with_its_reason(arena, cheat, reason):
+    r = arena["run"](f"patch_{cheat}")
+    assert r.outcome is Outcome.CONTRACT_VIOLATION, (r.outcome, r.reason)
+    assert reason in r.reason
+    line = [t for t in Ledger(arena["cdir"].ledger).trials() if t.trial_id == r.trial_id]
+    assert line and line[0].outcome is Outcome.CONTRACT_VIOLATION and reason in line[0].reason
+
+
+def test_cheats_run_in_their_own_worktrees_and_the_snapshot_stays_clean(arena):
+    arena["run"]("patch_tamper_locked_at_runtime")
+    repo = git.Repo(arena["contract"].workdir)
+    assert repo.active_branch.name == "main" and not repo.is_dirty(untracked_files=False)
+    assert arena["contract"].changed_locked_files() == []
+    assert len(list((arena["cdir"].root / "worktrees").glob("*.ready"))) >= 1
+
+
+def test_a_replayed_loss_passes_search_but_fails_the_canary_and_is_never_promoted(arena):
+    replay = arena["run"]("patch_replay_cached_loss")
+    assert replay.outcome is Outcome.OK, replay.reason  # indistinguishable at the contract's seed
+    honest = arena["run"]("patch_cached_causal_mask")
+    report = run_verification(arena["rt"], arena["doctor"], [replay, honest])
+    cheat_verdict, honest_verdict = report.verdicts
+    assert not cheat_verdict.promoted
+    assert "contract_violation" in cheat_verdict.reason and "canary seed 2234" in cheat_verdict.reason
+    assert "a verification run failed" not in honest_verdict.reason  # the canary does not hurt an honest patch
+    assert honest_verdict.canary_seeds == (2234, 2235)
+    applied = run_apply(arena["contract"], arena["cdir"], arena["doctor"], report)
+    promoted = report.promoted
+    assert promoted is None or not promoted.config.get("patch_replay_cached_loss")
+    if applied["branch"]:
+        assert "patch_replay_cached_loss = false" in git.Repo(applied["repository"]).git.show(
+            f"{applied['branch']}:infrarsi_promoted.toml")
+
+
+@pytest.mark.parametrize("cheat,problem", [
+    ("edit_metrics_timer", "modifies locked file 'metrics.py'"),
+    ("write_outside_scope", "adds new file 'fastpath/kernels.py' outside the editable scope"),
+])
+def test_scope_cheats_are_refused_at_init_before_any_trial(tmp_path, cheat, problem):
+    ref = f"cheats/{scope_cheat(tmp_path / 'cheats', cheat).name}"
+    with pytest.raises(PatchError, match="escapes the contract's scope") as err:
+        init_campaign(write_spec(tmp_path, [ref]), tmp_path / "out")
+    assert problem in str(err.value) and "fix the diff or remove it" in str(err.value)
+    assert not list((tmp_path / "out").glob("*/ledger.jsonl")) and not list((tmp_path / "out").glob("*/trials"))
+
+
+def test_a_knob_value_smuggling_flags_is_refused_at_init(tmp_path):
+    knob = '[knobs.micro_batch]\nvalues = ["4", "2 --steps 1"]\nflag = "--micro-batch"'
+    with pytest.raises(SpecError, match="looks like extra command-line arguments"):
+        init_campaign(write_spec(tmp_path, [], knob=knob), tmp_path / "out")
+
+
+def test_an_env_knob_cannot_redirect_the_metrics_file(tmp_path):
+    knob = '[knobs.micro_batch]\nvalues = [4, 8]\nflag = "--micro-batch"\n' \
+           '[knobs.metrics]\nvalues = ["/tmp/fake.jsonl"]\nenv = "INFRARSI_METRICS_FILE"'
+    with pytest.raises(SpecError, match="reserved for the harness"):
+        init_campaign(write_spec(tmp_path, [], knob=knob), tmp_path / "out")
+
+
+def test_the_harness_owns_the_metrics_file_even_when_a_job_env_names_another(arena, tmp_path):
+    fake = tmp_path / "fake.jsonl"  # a pre-written, flattering trajectory
+    fake.write_text("".join(json.dumps({"event": "step", "step": s, "loss": 1.0, "step_time_s": 1e-3,
+                                        "tokens": 2048}) + "\n" for s in range(5)))
+    before = fake.read_text()
+    r = reference_run(tmp_path, env={"INFRARSI_METRICS_FILE": str(fake)})
+    assert fake.read_text() == before
+    assert r.losses == arena["doctor"].reference_losses

@@ -1,0 +1,31 @@
+"""Two cheats inside a whole campaign through the Prefect flow: the search finds the
+replay cheat fast and makes it a finalist, verification's canary seed rejects it, and
+nothing a cheat touches is promoted or staged."""
+
+import pytest
+
+from adversarial_cheats import replay_cheat, train_cheat
+from infrarsi.ledger import Ledger
+from infrarsi.workspace import CampaignDir
+from test_adversarial import reference_run, write_spec
+
+
+@pytest.mark.slow
+def test_a_campaign_with_cheats_never_promotes_one(tmp_path, ray_session, prefect_harness):
+    ref = reference_run(tmp_path)
+    cheats = [f"cheats/{replay_cheat(tmp_path / 'cheats', ref.losses).name}",
+              f"cheats/{train_cheat(tmp_path / 'cheats', 'fewer_tokens').name}"]
+    spec = write_spec(tmp_path, cheats)
+    # write_spec ends in the [budget] table: add the search budget and a proposer.
+    spec.write_text(spec.read_text() + 'num_trials = 5\n[search]\nproposer = "random"\n')
+    from flows.campaign import campaign as campaign_flow
+
+    summary = campaign_flow(spec=str(spec), out=str(tmp_path / "out"))
+    cdir = CampaignDir(tmp_path / "out" / summary["campaign_id"])
+    trials = Ledger(cdir.ledger).trials()
+    assert not any(t.config.get("patch_fewer_tokens") and t.outcome.value == "ok" for t in trials)
+    verdicts = cdir.read_json(cdir.verification)["verdicts"]
+    replayed = [v for v in verdicts if v["config"]["patch_replay_cached_loss"]]
+    assert replayed and all(not v["promoted"] and "canary seed" in v["reason"] for v in replayed)
+    promoted = summary.get("promoted_config") or {}
+    assert not promoted.get("patch_replay_cached_loss") and not promoted.get("patch_fewer_tokens")
