@@ -1,0 +1,267 @@
+"""Train the reference GPT on the synthetic corpus: the job that infrarsi tunes.
+
+    python workloads/gpt/train.py --flavour debug --micro-batch 4
+    python -m torch.distributed.run --standalone --nproc-per-node 2 workloads/gpt/train.py
+
+What is trained is fixed by --flavour, --seq-len, --global-batch-tokens, --steps, --seed
+and --lr. Every other flag is a launch knob: it may change speed and memory but not the
+loss trajectory (up to floating-point reordering). Gradient accumulation is derived from
+the micro-batch so the global batch never changes. A knob combination that cannot run
+exits with code 2 and one stderr line starting "invalid config:".
+"""
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Launched by path (python or torchrun): `workloads.gpt` is this script's own folder,
+    # so a snapshot or a patched worktree runs its own model.py, never an installed copy.
+    import types
+
+    _here = Path(__file__).resolve().parent
+    sys.modules["workloads"] = types.ModuleType("workloads")
+    sys.modules["workloads"].__path__ = []
+    sys.modules["workloads.gpt"] = types.ModuleType("workloads.gpt")
+    sys.modules["workloads.gpt"].__path__ = [str(_here)]
+    sys.modules["workloads"].gpt = sys.modules["workloads.gpt"]
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from workloads.gpt.data import SyntheticCorpus
+from workloads.gpt.flavours import FLAVOURS, get_flavour
+from workloads.gpt.metrics import MetricsWriter
+from workloads.gpt.model import ATTENTION_IMPLEMENTATIONS, CHECKPOINTING_MODES, GPT
+
+INVALID_CONFIG_EXIT_CODE = 2
+
+
+class InvalidConfigError(Exception):
+    """A knob combination this workload cannot run (exit code 2, not a crash)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    # What is trained.
+    flavour: str = "debug"
+    seq_len: int = 128
+    global_batch_tokens: int = 2048
+    steps: int = 10
+    seed: int = 1234
+    lr: float = 1e-3  # higher rates spike early on debug (8.2 at step 2 with 3e-3)
+    # Launch knobs.
+    micro_batch: int = 2  # sequences per micro-step per rank
+    checkpointing: str = "none"
+    precision: str = "fp32"
+    compile: str = "off"
+    optimizer: str = "forloop"
+    attention: str = "naive"
+    threads: int = 0  # 0 = leave torch's default
+    bucket_mb: int = 25  # DDP's default bucket size
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--flavour", choices=sorted(FLAVOURS), default=defaults.flavour)
+    parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
+    parser.add_argument("--global-batch-tokens", type=int, default=defaults.global_batch_tokens)
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--micro-batch", type=int, default=defaults.micro_batch)
+    parser.add_argument("--checkpointing", choices=CHECKPOINTING_MODES, default=defaults.checkpointing)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default=defaults.precision)
+    parser.add_argument("--compile", choices=("off", "on"), default=defaults.compile)
+    parser.add_argument("--optimizer", choices=("forloop", "foreach", "fused"), default=defaults.optimizer)
+    parser.add_argument("--attention", choices=sorted(ATTENTION_IMPLEMENTATIONS), default=defaults.attention)
+    parser.add_argument("--threads", type=int, default=defaults.threads)
+    parser.add_argument("--bucket-mb", type=int, default=defaults.bucket_mb)
+    return TrainConfig(**vars(parser.parse_args(argv)))
+
+
+def derive_grad_accum_steps(config: TrainConfig, world_size: int) -> int:
+    """Micro-steps per optimizer step that keep the global batch at global_batch_tokens."""
+    max_seq_len = get_flavour(config.flavour).max_seq_len
+    if not 0 < config.seq_len <= max_seq_len:
+        raise InvalidConfigError(f"--seq-len {config.seq_len} must be in 1..{max_seq_len} for flavour {config.flavour}")
+    if config.global_batch_tokens <= 0 or config.global_batch_tokens % config.seq_len:
+        raise InvalidConfigError(
+            f"--global-batch-tokens {config.global_batch_tokens} is not a positive multiple of --seq-len {config.seq_len}"
+        )
+    global_batch_sequences = config.global_batch_tokens // config.seq_len
+    sequences_per_micro_step = world_size * config.micro_batch
+    if config.micro_batch <= 0 or global_batch_sequences % sequences_per_micro_step:
+        raise InvalidConfigError(
+            f"global batch of {global_batch_sequences} sequences does not split into "
+            f"{world_size} rank(s) x micro-batch {config.micro_batch}; "
+            f"choose a micro-batch that divides {global_batch_sequences // world_size}"
+        )
+    if config.steps <= 0:
+        raise InvalidConfigError(f"--steps must be positive, got {config.steps}")
+    return global_batch_sequences // sequences_per_micro_step
+
+
+def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with the implementation chosen by --optimizer; all three compute the same update."""
+    # As in GPT-2: decay matrices and embeddings, not gains and biases.
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    implementation = {
+        "forloop": {"foreach": False},
+        "foreach": {"foreach": True},
+        "fused": {"fused": True},
+    }[config.optimizer]
+    try:
+        return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.95), **implementation)
+    except RuntimeError as error:
+        if config.optimizer != "fused":
+            raise
+        raise InvalidConfigError(f"--optimizer fused is not supported here: {error}") from error
+
+
+class PhaseTimer:
+    """Seconds spent per phase of a step, summed over its micro-steps.
+
+    On CUDA it records events instead of synchronising, so that timing does not change
+    what it measures.
+    """
+
+    def __init__(self, device: torch.device):
+        self.use_events = device.type == "cuda"
+        self._spans: dict[str, list] = defaultdict(list)
+        self._last_mark = None
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        start = self._mark()
+        yield
+        self._spans[name].append((start, self._mark()))
+
+    def seconds(self) -> dict[str, float]:
+        """Per-phase totals since the previous call."""
+        if self.use_events and self._last_mark is not None:
+            self._last_mark.synchronize()  # events complete in order: the last one suffices
+        totals = {name: sum(self._elapsed_s(a, b) for a, b in spans) for name, spans in self._spans.items()}
+        self._spans.clear()
+        return totals
+
+    def _mark(self):
+        if self.use_events:
+            self._last_mark = torch.cuda.Event(enable_timing=True)
+            self._last_mark.record()
+        else:
+            self._last_mark = time.perf_counter()
+        return self._last_mark
+
+    def _elapsed_s(self, start, end) -> float:
+        return start.elapsed_time(end) / 1000 if self.use_events else end - start
+
+
+def train(config: TrainConfig) -> None:
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    grad_accum_steps = derive_grad_accum_steps(config, world_size)
+    model_config = get_flavour(config.flavour)
+
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    if world_size > 1:
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+
+    torch.manual_seed(config.seed)
+    model = GPT(model_config, attention=config.attention, checkpointing=config.checkpointing).to(device)
+    optimizer = make_optimizer(model, config)
+    ddp_model = None
+    if world_size > 1:
+        ddp_model = DistributedDataParallel(
+            model,
+            device_ids=[local_rank] if device.type == "cuda" else None,
+            bucket_cap_mb=config.bucket_mb,
+        )
+    runner = ddp_model if ddp_model is not None else model
+    if config.compile == "on":
+        runner = torch.compile(runner)
+
+    corpus = SyntheticCorpus(
+        seed=config.seed,
+        vocab_size=model_config.vocab_size,
+        seq_len=config.seq_len,
+        global_batch_sequences=config.global_batch_tokens // config.seq_len,
+    )
+    metrics = MetricsWriter(device=device, corpus=corpus, rank=rank, world_size=world_size)
+    knobs = {
+        name: value
+        for name, value in asdict(config).items()
+        if name not in ("flavour", "seq_len", "global_batch_tokens", "steps", "seed", "lr")
+    }
+    knobs.update(nproc=world_size, threads_effective=torch.get_num_threads())
+    metrics.start(
+        flavour=config.flavour,
+        num_params=model.num_params,
+        seq_len=config.seq_len,
+        global_batch_tokens=config.global_batch_tokens,
+        micro_batch=config.micro_batch,
+        grad_accum_steps=grad_accum_steps,
+        knobs=knobs,
+    )
+
+    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    timer = PhaseTimer(device)
+    for step in range(config.steps):
+        metrics.begin_step()
+        loss_sum = torch.zeros((), device=device)
+        for micro_step in range(grad_accum_steps):
+            with timer.phase("data_s"):
+                inputs, targets = corpus.micro_batch(
+                    step=step, rank=rank, world_size=world_size, micro_step=micro_step, micro_batch=config.micro_batch
+                )
+                inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            # Only the last micro-step all-reduces gradients; the others just accumulate.
+            is_last = micro_step == grad_accum_steps - 1
+            sync = contextlib.nullcontext() if ddp_model is None or is_last else ddp_model.no_sync()
+            with sync:
+                with timer.phase("forward_s"), autocast:
+                    loss = runner(inputs, targets)
+                with timer.phase("backward_s"):
+                    # Scaled so the accumulated gradient is the mean over the global batch.
+                    (loss / grad_accum_steps).backward()
+            loss_sum += loss.detach()
+        with timer.phase("optimizer_s"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        metrics.end_step(step=step, loss=loss_sum / grad_accum_steps, phases={**timer.seconds(), "comm_s": 0.0})
+    metrics.end()
+
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    try:
+        train(config)
+    except InvalidConfigError as error:
+        print(f"invalid config: {error}", file=sys.stderr)
+        return INVALID_CONFIG_EXIT_CODE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
