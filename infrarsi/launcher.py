@@ -122,6 +122,21 @@ def _max_rss(procs: list[psutil.Process]) -> int:
     return peak
 
 
+def _busy_cpu_seconds() -> float:
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def foreign_load_cores(samples: list[tuple[float, float, float]], start: float, end: float) -> float:
+    """Average CPU cores used by processes outside the trial's tree between two instants:
+    another job on the machine contaminates a timing, so it is measured, not assumed."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return 0.0
+    (t0, busy0, own0), (t1, busy1, own1) = inside[0], inside[-1]
+    return max(0.0, ((busy1 - busy0) - (own1 - own0)) / (t1 - t0))
+
+
 def _kill_tree(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -145,6 +160,8 @@ class _Watch:
     returncode: int | None = None
     wall_time_s: float = 0.0
     cpu_seconds: float = 0.0
+    # (monotonic time, machine-wide busy CPU seconds, the trial tree's CPU seconds) per poll
+    cpu_samples: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 def _watch(proc: subprocess.Popen, req: TrialRequest, tail: _MetricsTail) -> _Watch:
@@ -162,6 +179,7 @@ def _watch(proc: subprocess.Popen, req: TrialRequest, tail: _MetricsTail) -> _Wa
                 cpu_by_pid[p.pid] = t.user + t.system
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
+        w.cpu_samples.append((now, _busy_cpu_seconds(), sum(cpu_by_pid.values())))
         if proc.poll() is not None:
             break
         if req.emulate_capacity and w.peak_rss_bytes > req.memory_capacity_bytes:
@@ -180,7 +198,8 @@ def _watch(proc: subprocess.Popen, req: TrialRequest, tail: _MetricsTail) -> _Wa
 
 
 def run_process_trial(req: TrialRequest) -> TrialResult:
-    trial_dir = Path(req.trial_dir)
+    # Every attempt keeps its own folder: a retry never overwrites the evidence of the first.
+    trial_dir = Path(req.trial_dir if req.attempt == 1 else f"{req.trial_dir}-a{req.attempt}")
     trial_dir.mkdir(parents=True, exist_ok=True)
     log_path, metrics_path = trial_dir / "log.txt", trial_dir / "metrics.jsonl"
     metrics_path.unlink(missing_ok=True)
@@ -257,6 +276,7 @@ def _classify(req: TrialRequest, base: dict, w: _Watch, tail: _MetricsTail, log_
     step_times = tuple(arrivals[s] - arrivals[s - 1] for s in window)
     tokens = {int(e.get("tokens", -1)) for e, _ in steps}
     base.update(phases_s=_median_phases([e for e, _ in steps][req.warmup_steps:]))
+    extra["foreign_load_cores"] = foreign_load_cores(w.cpu_samples, arrivals[req.warmup_steps - 1], arrivals[-1])
     return TrialResult(**base, outcome=Outcome.OK, step_time_s=statistics.median(step_times),
                        step_times_s=step_times, tokens_per_step=tokens.pop() if len(tokens) == 1 else -1)
 

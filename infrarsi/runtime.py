@@ -8,6 +8,7 @@ the progress callback.
 from __future__ import annotations
 
 import hashlib
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -17,7 +18,7 @@ from infrarsi.contract import Contract
 from infrarsi.knobs import Config
 from infrarsi.launcher import TrialRequest, render_command
 from infrarsi.ledger import Ledger
-from infrarsi.trial import Role, TrialResult
+from infrarsi.trial import Outcome, Role, TrialResult
 from infrarsi.workspace import CampaignDir
 
 
@@ -45,6 +46,7 @@ class CampaignRuntime:
                                           "contract_hash": contract.contract_hash},
             tags={"infrarsi.hardware": contract.hardware_hash})
         self._pool: TrialPool | None = None
+        self._requests: dict[str, TrialRequest] = {}
         # Ids continue after every trial folder, recorded or not: a trial orphaned by a killed
         # campaign may still be writing into its folder when the campaign resumes.
         existing = [p.name for p in cdir.trials.glob("t[0-9]*")] + [t.trial_id for t in self.ledger.trials()]
@@ -65,13 +67,14 @@ class CampaignRuntime:
         trial_id = f"t{self._num_ids:04d}"
         argv, env = render_command(self.spec, self.space, config, seed=seed)
         res, c = self.spec.resources, self.spec.contract
-        return TrialRequest(
+        self._requests[trial_id] = TrialRequest(
             trial_id=trial_id, config=dict(config), role=role, argv=argv, env=env, cwd=str(self.workdir_for(config)),
             trial_dir=str(self.cdir.trials / trial_id), memory_capacity_bytes=int(self.spec.device.memory_capacity),
             emulate_capacity=self.spec.device.emulate_capacity, timeout_s=self.spec.budget.trial_timeout_s,
             warmup_steps=c.warmup_steps, num_steps=c.num_steps, locked_hashes=dict(self.contract.locked_hashes),
             devices_per_trial=res.gpus_per_trial or res.cpus_per_trial, backend=self.spec.backend,
             sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids)
+        return self._requests[trial_id]
 
     def workdir_for(self, config: Config) -> Path:
         """Where ``config`` runs: the contract's workdir, or for a config that switches
@@ -98,13 +101,34 @@ class CampaignRuntime:
         if self.settings.on_result:
             self.settings.on_result(result)
 
+    def needs_remeasure(self, result: TrialResult) -> bool:
+        """An ok timing taken while other processes loaded the machine is not trusted."""
+        res = self.spec.resources
+        return (result.outcome is Outcome.OK and result.attempt <= res.max_remeasures
+                and result.extra.get("foreign_load_cores", 0.0) > res.max_foreign_load_cores)
+
+    def remeasure(self, result: TrialResult) -> tuple[TrialResult, TrialRequest]:
+        """The contaminated record (kept, marked as superseded) and the request that re-runs it."""
+        load = result.extra["foreign_load_cores"]
+        flagged = result.replace(extra={**result.extra, "retried": True, "contaminated": True},
+                                 reason=f"measurement contaminated: other processes used {load:.2f} CPU cores "
+                                        "during the measured window; measured again")
+        return flagged, dataclasses.replace(self._requests[result.trial_id], attempt=result.attempt + 1)
+
     def run_one(self, config: Config, role: Role, *, check: Callable[[TrialResult], TrialResult] | None = None,
                 seed: int | None = None) -> TrialResult:
-        """Run a trial to its end on the pool, record every attempt, return the final one."""
-        attempts = [check(r) if check else r for r in self.pool.run_one(self.request(config, role, seed=seed))]
-        for r in attempts:
-            self.record(r)
-        return attempts[-1]
+        """Run a trial to its end on the pool (re-measured while contaminated), record
+        every attempt, return the final one."""
+        req = self.request(config, role, seed=seed)
+        while True:
+            attempts = [check(r) if check else r for r in self.pool.run_one(req)]
+            final = attempts[-1]
+            if self.needs_remeasure(final):
+                attempts[-1], req = self.remeasure(final)
+            for r in attempts:
+                self.record(r)
+            if attempts[-1] is final:
+                return final
 
     def finish(self, summary: dict) -> None:
         metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

@@ -85,6 +85,10 @@ class ResourcesSpec(_Model):
     cpus_per_trial: float = Field(default=1, gt=0)
     concurrency: int | None = Field(default=None, ge=1, description="parallel trial slots; unset: "
                                     "the number of independent device slots")
+    max_foreign_load_cores: float = Field(
+        default=0.5, ge=0, description="CPU cores other processes may use during a measured window "
+        "before the measurement counts as contaminated and is taken again")
+    max_remeasures: int = Field(default=2, ge=0, description="re-measurements of a contaminated trial")
 
 
 class BudgetSpec(_Model):

@@ -1,6 +1,7 @@
 """The process backend on real processes: every way a trial can end is classified."""
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -101,3 +102,16 @@ def test_knob_values_reach_the_job_as_argv_never_through_a_shell(tmp_path):
     echoed = next(ln for ln in Path(r.log_path).read_text().splitlines() if ln.startswith("ECHO"))
     assert evil in echoed
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+
+
+def test_foreign_load_during_the_window_is_measured(tmp_path):
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        r = run_process_trial(_request(tmp_path, "--sleep", "0.3", steps=5))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert r.outcome is Outcome.OK
+    # the job sleeps: nearly all CPU in the window was the hog's, about one core
+    assert r.extra["foreign_load_cores"] > 0.6

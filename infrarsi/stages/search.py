@@ -74,6 +74,9 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
             break
         for r in pool.wait():
             r = enforce(r, rt.spec.contract, doctor.loss_reference)
+            if rt.needs_remeasure(r):
+                r, again = rt.remeasure(r)
+                pool.submit(again)
             rt.record(r)
             if not r.extra.get("retried"):
                 proposer.observe(r)
