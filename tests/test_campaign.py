@@ -9,7 +9,7 @@ import git
 import pytest
 from mlflow.tracking import MlflowClient
 
-from campaign_specs import measure_peak_rss, tiny_spec
+from infrarsi.testing import measure_peak_rss, tiny_spec
 from infrarsi.cli import main
 from infrarsi.ledger import Ledger
 from infrarsi.workspace import CampaignDir

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import git
 import pytest
 
-from campaign_specs import GPT_DIR
+from infrarsi.testing import GPT_DIR
 from infrarsi.adapters.git_branch import check_patches_apply, patch_worktree, snapshot, stage_branch
 from infrarsi.errors import PatchError, SpecError
 from infrarsi.patches import BUILTIN_DIR, Patch, check_scope, load_patches, make_diff, require_in_scope

@@ -3,7 +3,7 @@ superseded, and measured again on the same trial id."""
 
 import dataclasses
 
-from campaign_specs import tiny_spec
+from infrarsi.testing import tiny_spec
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from infrarsi.stages.init import init_campaign
 from infrarsi.trial import Outcome, Role, TrialResult

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from campaign_specs import measure_peak_rss, tiny_spec
+from infrarsi.testing import measure_peak_rss, tiny_spec
 from infrarsi.ledger import Ledger
 
 MIB = 2**20

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from campaign_specs import GPT_DIR
+from infrarsi.testing import GPT_DIR
 from infrarsi.patches import make_diff
 
 FETCH = "                inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)\n"

@@ -18,7 +18,7 @@ import git
 import pytest
 
 from adversarial_cheats import TRAIN_CHEATS, replay_cheat, scope_cheat, train_cheat
-from campaign_specs import GPT_DIR
+from infrarsi.testing import GPT_DIR
 from infrarsi.checks import enforce
 from infrarsi.errors import PatchError, SpecError
 from infrarsi.launcher import TrialRequest, run_process_trial

@@ -1,4 +1,8 @@
-"""Small real campaigns on the tiny GPT flavour, for end-to-end tests."""
+"""Small real campaigns on the tiny GPT flavour, for tests and benchmarks.
+
+Capacities are set from a measured peak (``measure_peak_rss``), never guessed, so the
+same spec OOMs where it should on any machine of a kind.
+"""
 
 from __future__ import annotations
 
@@ -26,33 +30,47 @@ def measure_peak_rss(micro_batch: int, tmp: Path) -> int:
     return r.peak_memory_bytes
 
 
+SMALL_KNOBS = {
+    "micro_batch": [2, 64],
+    "checkpointing": ["full", "none"],
+    "attention": ["naive", "sdpa"],
+}
+# The benchmark space: every knob of the trainer that runs on any CPU (no compile: minutes).
+WIDE_KNOBS = {
+    "micro_batch": [2, 4, 8, 16, 64],
+    "checkpointing": ["full", "selective", "none"],
+    "attention": ["naive", "sdpa"],
+    "optimizer": ["forloop", "foreach"],
+    "precision": ["fp32", "bf16"],
+}
+
+
 def tiny_spec(tmp: Path, *, capacity_bytes: int, num_trials: int, proposer: str = "random",
-              verify_pairs: int = 3) -> Path:
-    """A campaign over 8 configs of the tiny flavour in which micro-batch 64 does not fit."""
-    knobs = {
-        "micro_batch": {"values": [2, 64], "flag": "--micro-batch"},
-        "checkpointing": {"values": ["full", "none"], "flag": "--checkpointing"},
-        "attention": {"values": ["naive", "sdpa"], "flag": "--attention"},
-    }
+              verify_pairs: int = 3, knobs: dict[str, list] | None = None, seed: int = 0,
+              num_finalists: int = 1, name: str = "tiny.toml") -> Path:
+    """A campaign on the tiny flavour whose baseline is the first value of every knob; with
+    a capacity 120 MiB above the micro-batch-2 peak, micro-batch 64 fits only with savers."""
+    knobs = knobs or SMALL_KNOBS
+    baseline = ", ".join(f"{k} = {json.dumps(v[0])}" for k, v in knobs.items())
     lines = [
         'name = "gpt-tiny"', f'workload_dir = {json.dumps(str(GPT_DIR))}', 'repository = "copy"',
         'command = ["{python}", "train.py", "--flavour", "tiny", "--seq-len", "{seq_len}", '
         '"--global-batch-tokens", "{global_batch_tokens}", "--steps", "{num_steps}", "--seed", "{seed}", '
         '"--threads", "1"]',
-        'baseline = { micro_batch = 2, checkpointing = "full", attention = "naive" }',
+        f'baseline = {{ {baseline} }}',
         'calibration = [{ attention = "sdpa" }]',
     ]
-    for name, k in knobs.items():
-        lines += [f"[knobs.{name}]", f"values = {json.dumps(k['values'])}", f"flag = {json.dumps(k['flag'])}"]
+    for knob, values in knobs.items():
+        lines += [f"[knobs.{knob}]", f"values = {json.dumps(values)}", f'flag = "--{knob.replace("_", "-")}"']
     lines += [
         "[contract]", "seq_len = 128", "global_batch_tokens = 8192", "num_steps = 6", "warmup_steps = 2",
         'editable = ["model.py", "train.py"]', 'locked = ["data.py", "metrics.py", "flavours.py"]',
         "[device]", f"memory_capacity = {capacity_bytes}",
         "[resources]", "cpus_per_trial = 1",
-        "[budget]", f"num_trials = {num_trials}", "trial_timeout_s = 120", "num_finalists = 1",
+        "[budget]", f"num_trials = {num_trials}", "trial_timeout_s = 120", f"num_finalists = {num_finalists}",
         f"verify_pairs = {verify_pairs}",
-        "[search]", f'proposer = "{proposer}"',
+        "[search]", f'proposer = "{proposer}"', f"seed = {seed}",
     ]
-    path = tmp / "tiny.toml"
+    path = tmp / name
     path.write_text("\n".join(lines) + "\n")
     return path
