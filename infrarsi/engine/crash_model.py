@@ -20,8 +20,12 @@ from infrarsi.trial import Outcome
 
 CRASH_OUTCOMES = (Outcome.CRASH, Outcome.INVALID, Outcome.TIMEOUT)
 # A priori ~5% of configs fail for non-memory reasons (compile errors, unsupported
-# combinations); the prior weighs as one pseudo-trial so a single crash already counts.
+# combinations), worth a few pseudo-trials: the stack's own crash rate, measured on the
+# trials so far, soon replaces it (empirical Bayes), so an untried unit is as risky as
+# this stack has shown untried combinations to be.
 _BASE_CRASH_RATE = 0.05
+_BASE_RATE_PRIOR_TRIALS = 4.0
+# Each unit's Beta prior weighs one pseudo-trial, so a single crash already counts.
 _PRIOR_TRIALS = 1.0
 _EM_ROUNDS = 50
 FLAG_PROBABILITY = 0.5
@@ -37,11 +41,11 @@ class CrashModel:
     def __post_init__(self) -> None:
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, base_crash_rate: float = _BASE_CRASH_RATE) -> None:
         num_knobs = len(self.space.knobs)
         self.knob_pairs = list(itertools.combinations(range(num_knobs), 2))
         num_units = num_knobs + len(self.knob_pairs)
-        self.prior_mean = 1.0 - (1.0 - _BASE_CRASH_RATE) ** (1.0 / max(num_units, 1))
+        self.prior_mean = 1.0 - (1.0 - base_crash_rate) ** (1.0 / max(num_units, 1))
         sizes = [len(k.values) for k in self.space.knobs]
         self.single = [np.full(n, self.prior_mean) for n in sizes]
         self.pair = {(i, j): np.full((sizes[i], sizes[j]), self.prior_mean) for i, j in self.knob_pairs}
@@ -58,7 +62,8 @@ class CrashModel:
         """EM for the noisy-OR on every trial that ran or crashed (not OOMs)."""
         x = np.asarray(index_matrix, dtype=np.int64).reshape(-1, len(self.space.knobs))
         crashed = np.asarray(crashed, dtype=bool)
-        self._reset()
+        self._reset((crashed.sum() + _BASE_RATE_PRIOR_TRIALS * _BASE_CRASH_RATE)
+                    / (len(crashed) + _BASE_RATE_PRIOR_TRIALS))
         self._count(x, crashed, trial_ids)
         if not crashed.any():
             self._m_step(x, np.zeros((len(x), x.shape[1] + len(self.knob_pairs))))

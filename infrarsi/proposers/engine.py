@@ -2,7 +2,8 @@
 
 After every result it refits the global time model (ok trials), the censored memory model
 (ok trials and OOMs) and the crash model (ok trials and crashes), then scores every unseen
-feasible config by EI x P(fit) x P(no crash); when the predicted-fastest config does not
+feasible config by EI x P(fit) x P(no crash), among configs that clear a bar on P(fit) and
+on P(no crash) (``FIT_BAR``, ``START_BAR``); when the predicted-fastest config does not
 fit, it pairs the memory hog with the cheapest savers (``selection.pair_with_savers``).
 """
 
@@ -28,8 +29,19 @@ from infrarsi.trial import Outcome
 
 # One config per start source (experience, priors, space-filling) before the models lead.
 NUM_START_CONFIGS = 3
-# Pairing kicks in when the predicted-fastest config is more likely than not to OOM.
-FIT_TARGET = 0.5
+# Constrained acquisition: only configs likely to fit and to start (each constraint on
+# its own) are candidates; EI x P(fit) x P(no crash) ranks them. Multiplying alone lets a
+# huge EI outweigh a small P(fit): an OOM says little about its neighbours (a censored
+# point far past the wall has almost no curvature), and a region that never runs keeps
+# its optimistic prior time, so the product keeps paying for failures there. Requiring
+# P(fit) >= 0.6 bounds the expected OOM rate of model-chosen trials by 40% even at the
+# wall, where EI is largest once the incumbent plateaus (0.5 still lost a trial in two
+# there; 0.7 rarely reached configs at the wall, where the optima sit). The crash bar is a coin flip:
+# the crash model learns from each crash (blame on the units no ok run has cleared), and a
+# stricter bar would keep it from ever clearing a setting such as compile. The product
+# decides only when no config clears both bars.
+FIT_BAR = 0.6
+START_BAR = 0.5
 
 
 class InfraRSIProposer(Proposer):
@@ -141,7 +153,10 @@ class InfraRSIProposer(Proposer):
             picks.append(paired)
             avail = avail.copy()
             avail[paired] = False
+        likely = avail & (p_fit >= FIT_BAR) & (p_ok >= START_BAR)
         x = self.space.feasible_index_matrix
+        picks += pick_diverse(x, log_score, likely, num_configs - len(picks), chosen + picks)
+        # Only when too few configs clear the bars does the product rank the rest.
         return picks + pick_diverse(x, log_score, avail, num_configs - len(picks), chosen + picks)
 
     def _pairing_row(self, mean: np.ndarray, p_fit: np.ndarray, p_ok: np.ndarray,
@@ -149,18 +164,19 @@ class InfraRSIProposer(Proposer):
         """The explicit memory-saver pairing for the predicted-fastest config, if it OOMs."""
         if not self.memory_model.capacity_bytes or self.memory_model.num_observations == 0:
             return None
-        candidates = avail & (p_ok >= 0.5)
+        candidates = avail & (p_ok >= START_BAR)
         if not candidates.any():
             return None
         fast = int(np.argmin(np.where(candidates, mean, np.inf)))
-        if p_fit[fast] >= FIT_TARGET:
+        if p_fit[fast] >= FIT_BAR:
             return None
         idx, record = pair_with_savers(self.space, self.space.feasible_index_matrix[fast], self.effects(),
-                                       self._log_peak, self._fit_probability, target=FIT_TARGET)
+                                       self._log_peak, self._fit_probability, target=FIT_BAR)
         if idx is None:
             return None
         row = self.encoding.feasible_row.get(self.space.key(self.space.from_indices(idx)))
-        if row is None or not avail[row]:
+        # The savers may bring in a setting the crash model distrusts: same bar as any pick.
+        if row is None or not avail[row] or p_ok[row] < START_BAR:
             return None
         record["round"] = len(self.history)
         self.pairings.append(record)
