@@ -101,11 +101,19 @@ class CampaignRuntime:
         if self.settings.on_result:
             self.settings.on_result(result)
 
+    def _loaded(self, result: TrialResult) -> bool:
+        return (result.outcome is Outcome.OK
+                and result.extra.get("foreign_load_cores", 0.0) > self.spec.resources.max_foreign_load_cores)
+
     def needs_remeasure(self, result: TrialResult) -> bool:
         """An ok timing taken while other processes loaded the machine is not trusted."""
-        res = self.spec.resources
-        return (result.outcome is Outcome.OK and result.attempt <= res.max_remeasures
-                and result.extra.get("foreign_load_cores", 0.0) > res.max_foreign_load_cores)
+        return self._loaded(result) and result.attempt <= self.spec.resources.max_remeasures
+
+    def final(self, result: TrialResult) -> TrialResult:
+        """A result that is still contaminated when re-measurements run out says so."""
+        if self._loaded(result) and not result.extra.get("retried"):
+            return result.replace(extra={**result.extra, "contaminated": True})
+        return result
 
     def remeasure(self, result: TrialResult) -> tuple[TrialResult, TrialRequest]:
         """The contaminated record (kept, marked as superseded) and the request that re-runs it."""
@@ -122,7 +130,7 @@ class CampaignRuntime:
         req = self.request(config, role, seed=seed)
         while True:
             attempts = [check(r) if check else r for r in self.pool.run_one(req)]
-            final = attempts[-1]
+            final = attempts[-1] = self.final(attempts[-1])
             if self.needs_remeasure(final):
                 attempts[-1], req = self.remeasure(final)
             for r in attempts:

@@ -23,3 +23,5 @@ def test_contaminated_ok_trial_is_kept_and_requested_again(tmp_path):
     assert (again.trial_id, again.attempt, again.argv) == (req.trial_id, 2, req.argv)
     last = dataclasses.replace(loaded, attempt=rt.spec.resources.max_remeasures + 1)
     assert not rt.needs_remeasure(last)  # bounded: a busy machine cannot stall the campaign
+    assert rt.final(last).extra["contaminated"]  # kept, but flagged for doctor and the report
+    assert "contaminated" not in rt.final(clean).extra

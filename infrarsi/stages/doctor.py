@@ -96,7 +96,10 @@ def run_doctor(rt: CampaignRuntime) -> DoctorReport:
     if rt.cdir.doctor.exists():  # resumed campaign: doctor already done
         return DoctorReport.from_json(rt.cdir.read_json(rt.cdir.doctor))
     runs = _baseline_runs(rt)
-    medians = [r.step_time_s for r in runs]
+    # A run still contaminated after its re-measurements says nothing about this machine's
+    # own noise: leave it out while two clean runs remain.
+    clean = [r for r in runs if not r.extra.get("contaminated")]
+    medians = [r.step_time_s for r in (clean if len(clean) >= 2 else runs)]
     reference = runs[0].losses
     tol, source, rows = _calibrate(rt, reference, runs)
     within = statistics.median(_cv(list(r.step_times_s)) for r in runs)

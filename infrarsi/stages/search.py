@@ -73,7 +73,7 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
         if not pool.busy:
             break
         for r in pool.wait():
-            r = enforce(r, rt.spec.contract, doctor.loss_reference)
+            r = rt.final(enforce(r, rt.spec.contract, doctor.loss_reference))
             if rt.needs_remeasure(r):
                 r, again = rt.remeasure(r)
                 pool.submit(again)
