@@ -52,7 +52,9 @@ class MetricsWriter:
     only global rank 0 writes.
     """
 
-    def __init__(self, *, device: torch.device, corpus: SyntheticCorpus, rank: int, world_size: int):
+    def __init__(
+        self, *, device: torch.device, corpus: SyntheticCorpus, rank: int, world_size: int
+    ):
         self.device = device
         self.corpus = corpus
         self.rank = rank
@@ -97,7 +99,9 @@ class MetricsWriter:
         self._synchronize()
         self._step_start_s = time.perf_counter()
 
-    def end_step(self, *, step: int, loss: torch.Tensor, phases: dict[str, float]) -> dict[str, Any]:
+    def end_step(
+        self, *, step: int, loss: torch.Tensor, phases: dict[str, float]
+    ) -> dict[str, Any]:
         """Stop the clock after the optimizer step and report it.
 
         `loss` is this rank's mean loss over its share of the global batch.

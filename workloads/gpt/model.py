@@ -121,7 +121,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config: ModelConfig, *, attention: str = "sdpa", checkpointing: str = "none"):
+    def __init__(
+        self, config: ModelConfig, *, attention: str = "sdpa", checkpointing: str = "none"
+    ):
         super().__init__()
         if attention not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(

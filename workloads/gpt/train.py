@@ -12,6 +12,7 @@ exits with code 2 and one stderr line starting "invalid config:".
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -55,35 +56,38 @@ class TrainConfig:
     global_batch_tokens: int = 2048
     steps: int = 10
     seed: int = 1234
-    lr: float = 1e-3  # higher rates spike early on debug (8.2 at step 2 with 3e-3)
-    # Launch knobs.
+    lr: float = 1e-3  # 3e-3 spikes the debug loss to 8.2 at step 2
+    # Launch knobs. The defaults are the untuned baseline: memory-frugal and slow.
     micro_batch: int = 2  # sequences per micro-step per rank
-    checkpointing: str = "none"
+    checkpointing: str = "full"
     precision: str = "fp32"
     compile: str = "off"
     optimizer: str = "forloop"
     attention: str = "naive"
-    threads: int = 0  # 0 = leave torch's default
+    threads: int = 0  # 0 = leave torch's default (torchrun sets 1 per process)
     bucket_mb: int = 25  # DDP's default bucket size
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     defaults = TrainConfig()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--flavour", choices=sorted(FLAVOURS), default=defaults.flavour)
-    parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
-    parser.add_argument("--global-batch-tokens", type=int, default=defaults.global_batch_tokens)
-    parser.add_argument("--steps", type=int, default=defaults.steps)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--lr", type=float, default=defaults.lr)
-    parser.add_argument("--micro-batch", type=int, default=defaults.micro_batch)
-    parser.add_argument("--checkpointing", choices=CHECKPOINTING_MODES, default=defaults.checkpointing)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default=defaults.precision)
-    parser.add_argument("--compile", choices=("off", "on"), default=defaults.compile)
-    parser.add_argument("--optimizer", choices=("forloop", "foreach", "fused"), default=defaults.optimizer)
-    parser.add_argument("--attention", choices=sorted(ATTENTION_IMPLEMENTATIONS), default=defaults.attention)
-    parser.add_argument("--threads", type=int, default=defaults.threads)
-    parser.add_argument("--bucket-mb", type=int, default=defaults.bucket_mb)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add = parser.add_argument
+    add("--flavour", choices=sorted(FLAVOURS), default=defaults.flavour)
+    add("--seq-len", type=int, default=defaults.seq_len)
+    add("--global-batch-tokens", type=int, default=defaults.global_batch_tokens)
+    add("--steps", type=int, default=defaults.steps)
+    add("--seed", type=int, default=defaults.seed)
+    add("--lr", type=float, default=defaults.lr)
+    add("--micro-batch", type=int, default=defaults.micro_batch)
+    add("--checkpointing", choices=CHECKPOINTING_MODES, default=defaults.checkpointing)
+    add("--precision", choices=("fp32", "bf16"), default=defaults.precision)
+    add("--compile", choices=("off", "on"), default=defaults.compile)
+    add("--optimizer", choices=("forloop", "foreach", "fused"), default=defaults.optimizer)
+    add("--attention", choices=sorted(ATTENTION_IMPLEMENTATIONS), default=defaults.attention)
+    add("--threads", type=int, default=defaults.threads)
+    add("--bucket-mb", type=int, default=defaults.bucket_mb)
     return TrainConfig(**vars(parser.parse_args(argv)))
 
 
@@ -91,26 +95,28 @@ def derive_grad_accum_steps(config: TrainConfig, world_size: int) -> int:
     """Micro-steps per optimizer step that keep the global batch at global_batch_tokens."""
     max_seq_len = get_flavour(config.flavour).max_seq_len
     if not 0 < config.seq_len <= max_seq_len:
-        raise InvalidConfigError(f"--seq-len {config.seq_len} must be in 1..{max_seq_len} for flavour {config.flavour}")
+        raise InvalidConfigError(
+            f"--seq-len {config.seq_len} must be in 1..{max_seq_len} for flavour {config.flavour}"
+        )
     if config.global_batch_tokens <= 0 or config.global_batch_tokens % config.seq_len:
         raise InvalidConfigError(
-            f"--global-batch-tokens {config.global_batch_tokens} is not a positive multiple of --seq-len {config.seq_len}"
+            f"--global-batch-tokens {config.global_batch_tokens} is not a positive multiple "
+            f"of --seq-len {config.seq_len}"
         )
+    if config.steps <= 0:
+        raise InvalidConfigError(f"--steps must be positive, got {config.steps}")
     global_batch_sequences = config.global_batch_tokens // config.seq_len
-    sequences_per_micro_step = world_size * config.micro_batch
-    if config.micro_batch <= 0 or global_batch_sequences % sequences_per_micro_step:
+    if config.micro_batch <= 0 or global_batch_sequences % (world_size * config.micro_batch):
         raise InvalidConfigError(
             f"global batch of {global_batch_sequences} sequences does not split into "
             f"{world_size} rank(s) x micro-batch {config.micro_batch}; "
             f"choose a micro-batch that divides {global_batch_sequences // world_size}"
         )
-    if config.steps <= 0:
-        raise InvalidConfigError(f"--steps must be positive, got {config.steps}")
-    return global_batch_sequences // sequences_per_micro_step
+    return global_batch_sequences // (world_size * config.micro_batch)
 
 
 def make_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with the implementation chosen by --optimizer; all three compute the same update."""
+    """AdamW in the implementation chosen by --optimizer; all three compute the same update."""
     # As in GPT-2: decay matrices and embeddings, not gains and biases.
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
@@ -152,7 +158,10 @@ class PhaseTimer:
         """Per-phase totals since the previous call."""
         if self.use_events and self._last_mark is not None:
             self._last_mark.synchronize()  # events complete in order: the last one suffices
-        totals = {name: sum(self._elapsed_s(a, b) for a, b in spans) for name, spans in self._spans.items()}
+        totals = {
+            name: sum(self._elapsed_s(start, end) for start, end in spans)
+            for name, spans in self._spans.items()
+        }
         self._spans.clear()
         return totals
 
@@ -168,49 +177,60 @@ class PhaseTimer:
         return start.elapsed_time(end) / 1000 if self.use_events else end - start
 
 
-def train(config: TrainConfig) -> None:
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    grad_accum_steps = derive_grad_accum_steps(config, world_size)
-    model_config = get_flavour(config.flavour)
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where this process runs: its rank among world_size and its device."""
 
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if config.threads > 0:
-        torch.set_num_threads(config.threads)
-    if world_size > 1:
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
 
+    @classmethod
+    def from_environment(cls) -> "Placement":
+        # torchrun sets these; a plain `python train.py` is a world of one.
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        cuda = torch.cuda.is_available()
+        return cls(
+            rank=int(os.environ.get("RANK", "0")),
+            local_rank=local_rank,
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            device=torch.device("cuda", local_rank) if cuda else torch.device("cpu"),
+        )
+
+
+def build_model(config: TrainConfig, placement: Placement):
+    """(model, runner, ddp_model): runner is what the loop calls, possibly DDP and compiled."""
     torch.manual_seed(config.seed)
-    model = GPT(model_config, attention=config.attention, checkpointing=config.checkpointing).to(device)
-    optimizer = make_optimizer(model, config)
+    model = GPT(
+        get_flavour(config.flavour), attention=config.attention, checkpointing=config.checkpointing
+    ).to(placement.device)
     ddp_model = None
-    if world_size > 1:
+    if placement.world_size > 1:
         ddp_model = DistributedDataParallel(
             model,
-            device_ids=[local_rank] if device.type == "cuda" else None,
+            device_ids=[placement.local_rank] if placement.device.type == "cuda" else None,
             bucket_cap_mb=config.bucket_mb,
         )
     runner = ddp_model if ddp_model is not None else model
     if config.compile == "on":
         runner = torch.compile(runner)
+    return model, runner, ddp_model
 
+
+def train(config: TrainConfig, placement: Placement, grad_accum_steps: int) -> None:
+    device, rank, world_size = placement.device, placement.rank, placement.world_size
+    model, runner, ddp_model = build_model(config, placement)
+    optimizer = make_optimizer(model, config)
     corpus = SyntheticCorpus(
         seed=config.seed,
-        vocab_size=model_config.vocab_size,
+        vocab_size=model.config.vocab_size,
         seq_len=config.seq_len,
         global_batch_sequences=config.global_batch_tokens // config.seq_len,
     )
     metrics = MetricsWriter(device=device, corpus=corpus, rank=rank, world_size=world_size)
-    knobs = {
-        name: value
-        for name, value in asdict(config).items()
-        if name not in ("flavour", "seq_len", "global_batch_tokens", "steps", "seed", "lr")
-    }
+    workload_fields = ("flavour", "seq_len", "global_batch_tokens", "steps", "seed", "lr")
+    knobs = {name: value for name, value in asdict(config).items() if name not in workload_fields}
     knobs.update(nproc=world_size, threads_effective=torch.get_num_threads())
     metrics.start(
         flavour=config.flavour,
@@ -222,7 +242,9 @@ def train(config: TrainConfig) -> None:
         knobs=knobs,
     )
 
-    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    autocast = torch.autocast(
+        device_type=device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"
+    )
     timer = PhaseTimer(device)
     for step in range(config.steps):
         metrics.begin_step()
@@ -230,13 +252,18 @@ def train(config: TrainConfig) -> None:
         for micro_step in range(grad_accum_steps):
             with timer.phase("data_s"):
                 inputs, targets = corpus.micro_batch(
-                    step=step, rank=rank, world_size=world_size, micro_step=micro_step, micro_batch=config.micro_batch
+                    step=step,
+                    rank=rank,
+                    world_size=world_size,
+                    micro_step=micro_step,
+                    micro_batch=config.micro_batch,
                 )
-                inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+                inputs = inputs.to(device, non_blocking=True)
+                targets = targets.to(device, non_blocking=True)
             # Only the last micro-step all-reduces gradients; the others just accumulate.
             is_last = micro_step == grad_accum_steps - 1
-            sync = contextlib.nullcontext() if ddp_model is None or is_last else ddp_model.no_sync()
-            with sync:
+            no_sync = ddp_model is not None and not is_last
+            with ddp_model.no_sync() if no_sync else contextlib.nullcontext():
                 with timer.phase("forward_s"), autocast:
                     loss = runner(inputs, targets)
                 with timer.phase("backward_s"):
@@ -246,17 +273,31 @@ def train(config: TrainConfig) -> None:
         with timer.phase("optimizer_s"):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        metrics.end_step(step=step, loss=loss_sum / grad_accum_steps, phases={**timer.seconds(), "comm_s": 0.0})
+        phases = {**timer.seconds(), "comm_s": 0.0}  # DDP's all-reduce is inside backward_s
+        metrics.end_step(step=step, loss=loss_sum / grad_accum_steps, phases=phases)
     metrics.end()
-
-    if world_size > 1:
-        dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
+    placement = Placement.from_environment()
     try:
-        train(config)
+        grad_accum_steps = derive_grad_accum_steps(config, placement.world_size)
+        if placement.device.type == "cuda":
+            torch.cuda.set_device(placement.device)
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        if placement.world_size > 1:
+            backend = "nccl" if placement.device.type == "cuda" else "gloo"
+            dist.init_process_group(backend=backend)
+        try:
+            train(config, placement, grad_accum_steps)
+        finally:
+            if placement.world_size > 1:
+                # Free the DDP reducer before its process group: with gloo (torch 2.13) a
+                # reducer still alive at interpreter exit aborts the process now and then.
+                gc.collect()
+                dist.destroy_process_group()
     except InvalidConfigError as error:
         print(f"invalid config: {error}", file=sys.stderr)
         return INVALID_CONFIG_EXIT_CODE
