@@ -2,8 +2,8 @@
 
 Each (seed, proposer) pair runs a real campaign through the flow on the GPT trainer's
 `tiny` flavour over its CPU knobs (micro-batch, checkpointing, attention, optimizer,
-precision; 120 configs), with the capacity set 120 MiB above the measured micro-batch-2
-peak so the memory-hungry corner really OOMs. Proposers of one seed run back to back, so
+precision; 120 configs), with the capacity halfway between the measured micro-batch-2
+peak and the hungriest corner's, so that corner really OOMs. Proposers of one seed run back to back, so
 machine drift hits them alike; doctor is measured once and cached (same contract, same
 machine). The figure is the *verified* speedup (1.0 when nothing was promoted).
 
@@ -22,8 +22,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MIB = 2**20
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,12 +31,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/benchmark/cpu"))
     args = ap.parse_args()
     from flows.campaign import campaign
-    from infrarsi.testing import WIDE_KNOBS, measure_peak_rss, tiny_spec
+    from infrarsi.testing import WIDE_KNOBS, oom_capacity, tiny_spec
 
     rows, t0 = [], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        capacity = measure_peak_rss(2, tmp) + 120 * MIB
+        capacity = oom_capacity(tmp)
         for seed in range(args.seeds):
             for proposer in args.proposers:
                 spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=args.budget, proposer=proposer,

@@ -9,21 +9,18 @@ import git
 import pytest
 from mlflow.tracking import MlflowClient
 
-from infrarsi.testing import measure_peak_rss, tiny_spec
+from infrarsi.testing import oom_capacity, tiny_spec
 from infrarsi.cli import main
 from infrarsi.ledger import Ledger
 from infrarsi.workspace import CampaignDir
-
-MIB = 2**20
 
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory, ray_session, prefect_harness):
     tmp = tmp_path_factory.mktemp("campaign")
-    # micro-batch 64 adds ~200 MiB of activations over micro-batch 2 on this flavour; a
-    # capacity 120 MiB above the measured small peak makes it a real OOM on any machine.
-    capacity = measure_peak_rss(2, tmp) + 120 * MIB
-    spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=7)
+    # between the micro-batch-2 peak and the hungriest corner's, both measured here
+    capacity = oom_capacity(tmp)
+    spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=7, num_finalists=2)
     from flows.campaign import campaign as campaign_flow
 
     summary = campaign_flow(spec=str(spec), out=str(tmp / "out"))

@@ -9,10 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from infrarsi.testing import measure_peak_rss, tiny_spec
+from infrarsi.testing import oom_capacity, tiny_spec
 from infrarsi.ledger import Ledger
-
-MIB = 2**20
 
 
 def _cli(*args, **kw):
@@ -23,7 +21,7 @@ def _cli(*args, **kw):
 
 
 def test_sigkill_then_resume_finishes_without_losing_or_rerunning_trials(tmp_path):
-    spec = tiny_spec(tmp_path, capacity_bytes=measure_peak_rss(2, tmp_path) + 120 * MIB, num_trials=6,
+    spec = tiny_spec(tmp_path, capacity_bytes=oom_capacity(tmp_path), num_trials=6,
                      verify_pairs=2)
     out = tmp_path / "out"
     proc = _cli(str(spec), "--out", str(out))

@@ -61,7 +61,7 @@ def test_builtin_spec_loads_and_round_trips(tmp_path):
 @pytest.mark.parametrize("changes, expected", [
     ({"contract.seq_len": None}, r"contract\.seq_len: Field required \(found nothing\)"),
     ({"contract.seq_len": "long"}, r"contract\.seq_len: Input should be a valid integer.*found 'long'"),
-    ({"contract.warmup_steps": 9}, r"warmup_steps \(9\) must be below num_steps \(8\)"),
+    ({"contract.warmup_steps": 9}, r"warmup_steps \(9\) must be below num_steps \(7\)"),
     ({"device.memory_capacity": "lots"}, r"device\.memory_capacity: could not parse value and unit"),
     ({"budget.doctor_repeats": 1}, r"budget\.doctor_repeats: Input should be greater than or equal to 3"),
     ({"turbo": True}, r"turbo: Extra inputs are not permitted"),
