@@ -191,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": time.perf_counter() - t0, "processes": args.processes, "num_seeds": args.seeds,
             "proposers": proposers, "budgets": sorted(args.budgets)}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"meta": meta, **summary, "runs": runs}, indent=1, default=str))
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, **summary}, indent=1, default=str))
+    # Every trial of every run: megabytes, for digging in, not for the repository.
+    (args.out / "runs.json").write_text(json.dumps(runs, default=str))
     (args.out / "results.md").write_text(markdown(summary, meta))
     plot(runs, summary, args.out / "best_so_far.png")
     print(markdown(summary, meta))
