@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -113,7 +112,3 @@ class TrialResult:
 
     def replace(self, **changes: Any) -> "TrialResult":
         return dataclasses.replace(self, **changes)
-
-
-def median_step_time(step_times_s: list[float] | tuple[float, ...]) -> float:
-    return float(statistics.median(step_times_s))

@@ -33,9 +33,6 @@ def run_trial(req: TrialRequest) -> TrialResult:
 
 
 class _TrialActor:
-    def pid(self) -> int:
-        return os.getpid()
-
     def run(self, req: TrialRequest) -> TrialResult:
         return run_trial(req)
 
@@ -130,9 +127,6 @@ class TrialPool:
         while self._inflight:
             out += self.wait()
         return out
-
-    def actor_pids(self) -> list[int]:
-        return self.ray.get([a.pid.remote() for a in self._idle])
 
     def close(self) -> None:
         for actor, _ in self._inflight.values():

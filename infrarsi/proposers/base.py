@@ -66,9 +66,6 @@ class Proposer(abc.ABC):
         self.history.append(result)
         self._observe(result)
 
-    def is_new(self, config: Config) -> bool:
-        return self.space.key(config) not in self._seen
-
     @abc.abstractmethod
     def _propose(self, num_configs: int) -> list[Config]:
         """Candidate configs, best first; ``suggest`` drops seen or infeasible ones."""

@@ -17,11 +17,6 @@ def index_grid(space: KnobSpace) -> np.ndarray:
     return space.index_grid()
 
 
-def columns_of(space: KnobSpace, idx: np.ndarray) -> dict[str, np.ndarray]:
-    """Knob columns (values, not indices) for rows of value indices."""
-    return space.columns(idx)
-
-
 def feasible_mask(space: KnobSpace, cols: dict[str, np.ndarray]) -> np.ndarray:
     n = len(next(iter(cols.values())))
     mask = np.ones(n, dtype=bool)
