@@ -88,7 +88,7 @@ def _campaign(args: argparse.Namespace) -> dict:
 def _print_summary(summary: dict, as_json: bool) -> None:
     if summary.get("verified_speedup"):
         lo, hi = summary["speedup_ci"]
-        print(f"verified speedup {summary['verified_speedup']:.2f}x (95% CI {lo:.2f}-{hi:.2f}); "
+        print(f"verified speedup {summary['verified_speedup']:.2f}x (90% CI {lo:.2f}-{hi:.2f}); "
               f"branch {summary['branch']}")
     else:
         print("no candidate passed verification; the baseline stands")

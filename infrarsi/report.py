@@ -149,7 +149,7 @@ def render_markdown(cdir: CampaignDir) -> str:
           f"Proposer: `{search.get('proposer', spec['search']['proposer'])}`.", "", "## Result", ""]
     if s["verified_speedup"]:
         lo, hi = s["speedup_ci"]
-        md += [f"**Verified speedup {s['verified_speedup']:.2f}x** (95% CI {lo:.2f}x - {hi:.2f}x), "
+        md += [f"**Verified speedup {s['verified_speedup']:.2f}x** (90% CI {lo:.2f}x - {hi:.2f}x; its lower end is the one-sided 95% bound), "
                f"paired A B A B against the baseline.", "",
                f"- promoted config: `{_diff(s['promoted_config'], baseline)}`",
                f"- branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "- branch: not staged"]
@@ -172,7 +172,7 @@ def render_markdown(cdir: CampaignDir) -> str:
     md += ["## Cost by outcome", "", _table(["outcome", "trials", "wall s", "device s"],
            ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items()))), ""]
     md += ["## Verification", "", _table(
-        ["config", "pairs", "speedup", "95% CI", "promoted", "why"],
+        ["config", "pairs", "speedup", "90% CI", "promoted", "why"],
         ([_diff(v["config"], baseline), len(v["pairs"]), f"{v['speedup']:.3f}" if v["speedup"] else "-",
           f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-", "yes" if v["promoted"] else "no",
           v["reason"]] for v in verification["verdicts"])), ""]

@@ -31,7 +31,7 @@ def promoted_file(contract: Contract, doctor: DoctorReport, verification: Verifi
     argv, env = render_command(spec, spec.space, v.config)
     argv = ["python" if a == argv[0] and spec.command[0] == "{python}" else a for a in argv]
     lines = [f"# Promoted by infrarsi campaign {contract.campaign_id}.",
-             f"# Verified speedup {v.speedup:.3f}x (95% CI {v.ci_low:.3f}-{v.ci_high:.3f}) over the baseline.",
+             f"# Verified speedup {v.speedup:.3f}x (90% CI {v.ci_low:.3f}-{v.ci_high:.3f}) over the baseline.",
              "", "[config]"]
     lines += [f"{k} = {_toml_value(val)}" for k, val in v.config.items()]
     lines += ["", "[launch]", f"command = {json.dumps(argv)}",
@@ -51,7 +51,7 @@ def commit_message(contract: Contract, doctor: DoctorReport, verification: Verif
         f"infrarsi: promote {', '.join(f'{k}={val}' for k, val in changed.items())}",
         "",
         f"Campaign {contract.campaign_id} verified a {v.speedup:.2f}x speedup "
-        f"(95% CI {v.ci_low:.2f}-{v.ci_high:.2f}) in {len(v.pairs)} interleaved A/B pairs "
+        f"(90% CI {v.ci_low:.2f}-{v.ci_high:.2f}) in {len(v.pairs)} interleaved A/B pairs "
         f"against the baseline ({doctor.step_time_s * 1000:.1f} ms/step, noise CV {doctor.noise_cv:.1%}).",
         "",
         "Audit:",
