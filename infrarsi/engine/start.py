@@ -1,6 +1,7 @@
 """Diverse start: the first configs come from several sources, never one incumbent.
 
-Sources, interleaved round-robin so a small first batch still samples each: the
+Sources, interleaved round-robin so a small first batch still samples each (and a
+caller asking one config at a time gets them in turn): the
 experience bank's configs, the configs the priors predict best (that are predicted to fit),
 and a maximin space-filling design over one-hot Hamming distance (seeded tie-breaks).
 """
@@ -51,11 +52,17 @@ def prior_best_rows(index_matrix: np.ndarray, prior_log_time: np.ndarray, fit_pr
     return pick_diverse(index_matrix, score, available & np.isfinite(score), num_configs)
 
 
-def interleave(sources: list[list[int]], num_configs: int) -> list[int]:
-    """Round-robin over the sources, de-duplicated, up to ``num_configs``."""
+def interleave(sources: list[list[int]], num_configs: int, first: int = 0) -> list[int]:
+    """Round-robin over the non-empty sources, starting at source ``first`` (mod their
+    number), de-duplicated, up to ``num_configs``."""
+    live = [s for s in sources if s]
+    if not live:
+        return []
+    shift = first % len(live)
+    live = live[shift:] + live[:shift]
     out: list[int] = []
-    for i in range(max((len(s) for s in sources), default=0)):
-        for src in sources:
+    for i in range(max(len(s) for s in live)):
+        for src in live:
             if i < len(src) and src[i] not in out and len(out) < num_configs:
                 out.append(src[i])
     return out

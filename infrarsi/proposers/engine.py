@@ -115,6 +115,9 @@ class InfraRSIProposer(Proposer):
 
     def _start_rows(self, num_configs: int, avail: np.ndarray) -> list[int]:
         x = self.space.feasible_index_matrix
+        # Start configs must clear the crash bar too: a crash among the first trials makes
+        # the next prior-best config (often the same settings plus one) just as suspect.
+        avail = avail & (self.crash_model.no_crash_probability(x) >= START_BAR)
         exp_rows = [r for r in start.experience_rows(self.space, self.ctx.experience_configs,
                                                      self.encoding.feasible_row) if avail[r]]
         prior_mean, _ = self.time_model.predict_main(self.encoding.feasible_main)
@@ -125,7 +128,9 @@ class InfraRSIProposer(Proposer):
         observed = ~self._available()
         anchors = np.vstack([x[observed], np.array([self.encoding.baseline_indices])])
         fill_rows = start.maximin_rows(x, anchors, taken, num_configs, self.rng)
-        return start.interleave([exp_rows, prior_rows, fill_rows], num_configs)
+        # Sequential callers ask for one config at a time: rotate the sources by the number
+        # of start configs already given, so that each source gets its turn.
+        return start.interleave([exp_rows, prior_rows, fill_rows], num_configs, first=self.num_started)
 
     def _log_scores(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         main = self.encoding.feasible_main

@@ -67,3 +67,14 @@ def test_batch_is_diverse():
     score[0], score[1] = 1.0, 0.99  # rows 0 and 1 differ in one knob only: 1 is a near-copy
     picks = pick_diverse(x, score, np.ones(len(x), dtype=bool), 2)
     assert picks[0] == 0 and (x[picks[1]] != x[0]).sum() >= 2
+
+
+def test_start_sources_take_turns_when_asked_one_at_a_time():
+    from infrarsi.engine.start import interleave
+
+    experience, prior, fill = [], [10, 11], [20, 21]
+    # A batch of three samples every non-empty source; three calls for one config each
+    # get the sources in turn instead of the first source three times.
+    assert interleave([experience, prior, fill], 3) == [10, 20, 11]
+    assert [interleave([experience, prior, fill], 1, first=i)[0] for i in range(3)] == [10, 20, 10]
+    assert interleave([[], [], []], 2, first=1) == []
