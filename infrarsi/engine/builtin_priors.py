@@ -29,14 +29,29 @@ class Level:
     why: str = ""
 
 
+# Share of the peak that activations take at micro-batch 1 without recompute, the rest
+# being model states, buffers and workspace. One number for every activation knob below, so
+# that their memory priors agree with each other: ~30% is typical of a distributed LLM job
+# at micro-batch 1 (Korthikanti et al. 2022, Table 2 against 16 bytes/param of states).
+_ACTIVATION_SHARE = 0.3
+
+
+def _activation_factor(kept: float) -> float:
+    """Peak-memory factor of keeping ``kept`` x the activations (1 = all of them)."""
+    return 1.0 - _ACTIVATION_SHARE + _ACTIVATION_SHARE * kept
+
+
 _CHECKPOINTING = {
     "none": Level(why="reference: keep every activation"),
     # Korthikanti et al. 2022 (Megatron, "Reducing Activation Recomputation"): selective
-    # recompute costs ~2-4% time and cuts activation memory ~5x for the attention block.
-    "selective": Level(_L(1.04), _L(0.7), 0.05, 0.2, "Korthikanti et al. 2022: +2-4% time, attention activations not kept"),
+    # recompute costs ~2-4% time and drops the attention block's activations (about half
+    # of a layer's with the T x T scores; less with a fused attention kernel).
+    "selective": Level(_L(1.04), _L(_activation_factor(0.5)), 0.05, 0.15,
+                       "Korthikanti et al. 2022: +2-4% time, attention activations not kept"),
     # Full recompute re-runs the forward: +1/3 of forward+backward (Chen et al. 2016),
-    # measured +36% in Korthikanti et al.; activation memory drops to layer inputs only.
-    "full": Level(_L(1.33), _L(0.5), 0.1, 0.3, "Chen et al. 2016 / Korthikanti et al. 2022: +33-36% time, activations ~layer inputs"),
+    # measured +36% in Korthikanti et al.; activation memory drops to layer inputs (~10%).
+    "full": Level(_L(1.33), _L(_activation_factor(0.1)), 0.1, 0.2,
+                  "Chen et al. 2016 / Korthikanti et al. 2022: +33-36% time, activations ~layer inputs"),
 }
 _ON_OFF = {"off": Level(why="reference: feature off")}
 _TABLE: dict[str, dict[str, Level]] = {
@@ -99,8 +114,8 @@ _ZERO = {0: Level(why="reference: plain data parallel"),
 def _micro_batch(mb: float) -> Level:
     # Kernels get more efficient with more rows per launch until the device saturates:
     # ~5-10% per doubling (common MLPerf/Megatron experience). Activations scale with the
-    # micro-batch; at micro-batch 1 they are taken as ~25% of the peak (model states rest).
-    return Level(-0.08 * math.log2(mb), _L(0.75 + 0.25 * mb), 0.1, 0.3, "kernel efficiency per doubling; activations linear in micro-batch")
+    # micro-batch (``_ACTIVATION_SHARE`` of the peak at micro-batch 1).
+    return Level(-0.08 * math.log2(mb), _L(_activation_factor(mb)), 0.1, 0.3, "kernel efficiency per doubling; activations linear in micro-batch")
 
 
 _NUMERIC: dict[str, Callable[[float], Level]] = {
@@ -109,13 +124,17 @@ _NUMERIC: dict[str, Callable[[float], Level]] = {
     # Megatron TP (Shoeybi et al. 2019, Narayanan et al. 2021): 77% scaling at tp=8 inside a
     # node, so each doubling costs ~5% of time at fixed devices; states and most
     # activations shard over tp.
-    "tp": lambda v: Level(0.05 * math.log2(v), -0.7 * _L(v), 0.1, 0.2, "Narayanan et al. 2021: TP comm per layer; states /tp"),
+    "tp": lambda v: Level(0.05 * math.log2(v), -0.5 * _L(v), 0.1, 0.3, "Narayanan et al. 2021: TP comm per layer; states /tp"),
     # Pipeline bubble (p-1)/m (GPipe, Huang et al. 2019) at typical m: ~8% per doubling;
     # states /pp, but stage 0 holds up to pp micro-batches of activations.
     "pp": lambda v: Level(0.08 * math.log2(v), -0.5 * _L(v), 0.1, 0.2, "GPipe bubble (p-1)/m; states /pp, stage-0 activations x pp"),
-    # More data-parallel replicas split the fixed global batch: near-linear (-90% of ideal)
-    # minus the all-reduce; per-device memory unchanged without ZeRO.
-    "dp": lambda v: Level(-0.9 * _L(v), 0.0, 0.2, 0.1, "data parallel: near-linear scaling, replicated states"),
+    # A campaign tunes a fixed allocation (tp * pp * dp = devices), so more data
+    # parallelism means less tp/pp: their per-layer comm and bubble go (in their priors),
+    # and each device multiplies larger matrices, ~10% per doubling (Narayanan et al. 2021,
+    # Fig. 13: data parallelism scales better than tensor parallelism at a fixed device
+    # count); the ring all-reduce volume per rank hardly depends on dp (Patarasuk & Yuan
+    # 2009). Per-device memory is unchanged without ZeRO.
+    "dp": lambda v: Level(-0.1 * math.log2(v), 0.0, 0.15, 0.1, "fixed device count: dp scales better than tp/pp (Narayanan et al. 2021)"),
     # Expert parallel (Lepikhin et al. 2020, GShard): experts shard over ep; all-to-all grows.
     "ep": lambda v: Level(0.05 * math.log2(v), -0.4 * _L(v), 0.1, 0.2, "GShard: experts sharded, all-to-all cost"),
     # PyTorch DDP (Li et al. 2020, Fig. 9): 25 MB buckets near-optimal; U-shaped around it.
