@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budgets", type=int, nargs="+", default=[10, 20, 40])
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds run from here: hold out seeds a change was not tuned on")
     ap.add_argument("--workloads", nargs="+", default=list(BENCHMARK_WORKLOADS))
     ap.add_argument("--proposers", nargs="+", default=None, help="default: every registered proposer")
     ap.add_argument("--processes", type=int, default=2)
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     proposers = args.proposers or proposer_names()
     budget = max(args.budgets)
-    tasks = [(p, w, s, budget) for w in args.workloads for p in proposers for s in range(args.seeds)]
+    tasks = [(p, w, s, budget) for w in args.workloads for p in proposers for s in range(args.first_seed, args.first_seed + args.seeds)]
     t0 = time.perf_counter()
     if args.processes > 1:
         with multiprocessing.get_context("fork").Pool(args.processes, initializer=_one_thread) as pool:
