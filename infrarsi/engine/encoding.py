@@ -14,6 +14,12 @@ import numpy as np
 
 from infrarsi.knobs import Config, KnobSpace, Value
 
+# How far a knob's prior effects may be off in scale, shared by its levels (one sd: 50%).
+PRIOR_SCALE_STD = 0.5
+# Of a multi-level knob's per-setting prior variance, the part left to each setting alone
+# (the rest of the uncertainty is the shared scale).
+SETTING_SHARE = 0.25
+
 
 @dataclass(frozen=True)
 class Encoding:
@@ -60,6 +66,27 @@ class Encoding:
     def configs(self, configs: list[Config]) -> np.ndarray:
         idx = np.array([self.space.indices(c) for c in configs], dtype=np.int64)
         return idx.reshape(len(configs), len(self.space.knobs))
+
+    def prior_covariance(self, mean: np.ndarray, std: np.ndarray, scale_std: float) -> np.ndarray:
+        """Prior covariance of the setting effects: each setting's own sd, plus a scale
+        shared by the settings of one knob.
+
+        A knob's priors come from one mechanism (activations grow with the micro-batch, a
+        collective grows with the group), so if it is weaker or stronger on this job than
+        the table says, it is so at every level: effect = mean * (1 + e_knob) + e_setting,
+        e_knob ~ N(0, scale_std^2). Measuring one level then moves the others with it (a
+        micro-batch of 8 that costs a third of the memory the table said tells that 64
+        does too), where independent priors would leave untried levels at the table's guess.
+        """
+        var = np.asarray(std, dtype=float) ** 2
+        cov = np.diag(var)
+        for k in range(len(self.space.knobs)):
+            cols = [j for j, (kk, _) in enumerate(self.settings) if kk == k]
+            if len(cols) >= 2:
+                m = np.asarray(mean, dtype=float)[cols]
+                block = np.diag(var[cols] * SETTING_SHARE) + scale_std**2 * np.outer(m, m)
+                cov[np.ix_(cols, cols)] = block
+        return cov
 
     @cached_property
     def feasible_main(self) -> np.ndarray:

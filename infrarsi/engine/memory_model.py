@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize, special
 
-from infrarsi.engine.encoding import Encoding
+from infrarsi.engine.encoding import PRIOR_SCALE_STD, Encoding
 from infrarsi.priors import Priors
 
 EXACT, AT_LEAST, BELOW = 0, 1, 2  # observation kinds for ``fit``
@@ -61,9 +61,12 @@ class MemoryModel:
 
     def _set_prior(self, centre: float) -> None:
         self.prior_mean = np.concatenate([[centre], self.main_prior_mean])
-        self.prior_var = np.concatenate([[_INTERCEPT_STD**2], self.main_prior_std**2])
+        cov = np.zeros((len(self.prior_mean), len(self.prior_mean)))
+        cov[0, 0] = _INTERCEPT_STD**2
+        cov[1:, 1:] = self.encoding.prior_covariance(self.main_prior_mean, self.main_prior_std, PRIOR_SCALE_STD)
+        self.prior_precision = np.linalg.inv(cov)
         self.coef_mean = self.prior_mean.copy()
-        self.coef_cov = np.diag(self.prior_var)
+        self.coef_cov = cov
 
     def design(self, main: np.ndarray) -> np.ndarray:
         return np.hstack([np.ones((main.shape[0], 1)), main])
@@ -129,7 +132,7 @@ class MemoryModel:
         lam = np.exp(_log_mills(u))
         d_mu[cens] = -lam * sign / sd
         d_logsd += float(lam @ u)
-        pen = (coef - self.prior_mean) / self.prior_var
+        pen = self.prior_precision @ (coef - self.prior_mean)
         m, s = _NOISE_LOG_STD_PRIOR
         nll += 0.5 * (coef - self.prior_mean) @ pen + 0.5 * ((log_sd - m) / s) ** 2
         grad = np.concatenate([design.T @ d_mu + pen, [d_logsd + (log_sd - m) / s**2]])
@@ -145,7 +148,7 @@ class MemoryModel:
         u = sign * (mu[cens] - y[cens]) / sd
         lam = np.exp(_log_mills(u))
         weight[cens] = lam * (u + lam)
-        hess = (design * weight[:, None]).T @ design / sd**2 + np.diag(1.0 / self.prior_var)
+        hess = (design * weight[:, None]).T @ design / sd**2 + self.prior_precision
         cov = np.linalg.inv(hess)
         return 0.5 * (cov + cov.T)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infrarsi.engine.encoding import Encoding, pair_columns
+from infrarsi.engine.encoding import PRIOR_SCALE_STD, Encoding, pair_columns
 from infrarsi.priors import Priors
 
 # A wide, essentially flat prior on the intercept (log seconds of the baseline).
@@ -49,14 +49,18 @@ class TimeModel:
         self._set_posterior_to_prior()
 
     def _prior(self) -> tuple[np.ndarray, np.ndarray]:
+        """Prior mean and covariance of (intercept, main effects, selected pairs)."""
         num_pairs = len(self.pairs)
         mean = np.concatenate([[0.0], self.main_prior_mean, np.zeros(num_pairs)])
-        std = np.concatenate([[_INTERCEPT_STD], self.main_prior_std, np.full(num_pairs, self.interaction_std)])
-        return mean, std**2
+        var = np.concatenate([[_INTERCEPT_STD**2], np.zeros(self.encoding.num_settings),
+                              np.full(num_pairs, self.interaction_std**2)])
+        cov = np.diag(var)
+        main = slice(1, 1 + self.encoding.num_settings)
+        cov[main, main] = self.encoding.prior_covariance(self.main_prior_mean, self.main_prior_std, PRIOR_SCALE_STD)
+        return mean, cov
 
     def _set_posterior_to_prior(self) -> None:
-        self.coef_mean, var = self._prior()
-        self.coef_cov = np.diag(var)
+        self.coef_mean, self.coef_cov = self._prior()
 
     def design(self, main: np.ndarray) -> np.ndarray:
         return np.hstack([np.ones((main.shape[0], 1)), main, pair_columns(main, self.pairs)])
@@ -78,11 +82,12 @@ class TimeModel:
         return self
 
     def _posterior(self, design: np.ndarray, y: np.ndarray) -> None:
-        m0, v0 = self._prior()
-        precision = design.T @ design / self.noise_std**2 + np.diag(1.0 / v0)
+        m0, c0 = self._prior()
+        p0 = np.linalg.inv(c0)
+        precision = design.T @ design / self.noise_std**2 + p0
         self.coef_cov = np.linalg.inv(precision)
         self.coef_cov = 0.5 * (self.coef_cov + self.coef_cov.T)
-        self.coef_mean = self.coef_cov @ (design.T @ y / self.noise_std**2 + m0 / v0)
+        self.coef_mean = self.coef_cov @ (design.T @ y / self.noise_std**2 + p0 @ m0)
 
     def _fit_noise_and_posterior(self, main: np.ndarray, y: np.ndarray) -> None:
         # Alternate posterior and a conjugate-style noise update (RSS plus the posterior
@@ -119,9 +124,9 @@ class TimeModel:
         candidates = self.candidate_pairs(main)
         if not candidates:
             return []
-        m0, v0 = self._prior()  # pairs is empty here: intercept + main effects
+        m0, c0 = self._prior()  # pairs is empty here: intercept + main effects
         design = self.design(main)
-        cov = self.noise_std**2 * np.eye(len(y)) + (design * v0) @ design.T
+        cov = self.noise_std**2 * np.eye(len(y)) + design @ c0 @ design.T
         resid = y - design @ m0
         z_all = pair_columns(main, candidates)
         s2 = self.interaction_std**2
