@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from infrarsi.sim import BENCHMARK_WORKLOADS, estimate, oracle, simulate_trial, workload
+from infrarsi.sim import BENCHMARK_WORKLOADS, HELD_OUT_WORKLOADS, estimate, oracle, simulate_trial, workload
 from infrarsi.sim.grid import feasible_columns
 from infrarsi.sim.job import columns
 
@@ -33,3 +33,10 @@ def test_benchmark_workload_baseline_runs_and_oracle_speedup_in_paper_range(name
     o = oracle(w)
     assert 1.5 <= o.speedup <= 2.8
     assert 0.1 <= o.baseline_mfu <= 0.4
+
+
+@pytest.mark.parametrize("name", HELD_OUT_WORKLOADS)
+def test_held_out_workload_baseline_runs_and_leaves_room(name):
+    w = workload(name)
+    assert simulate_trial(name, w.baseline, seed=0, trial_index=0).outcome.value == "ok"
+    assert oracle(w).speedup > 1.1
