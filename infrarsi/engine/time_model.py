@@ -37,7 +37,12 @@ class TimeModel:
     min_support: int = 2
     log_bayes_factor_threshold: float = math.log(3.0)
     max_interactions: int = 16
+    # A pair of settings no ok trial has held together may still interact: each such pair
+    # a config holds adds this much (log sd, +-10%) to its predictive variance, so that a
+    # combination the data never saw is not predicted as surely as its parts.
+    unseen_pair_std: float = math.log(1.05)
     pairs: list[tuple[int, int]] = field(default_factory=list)
+    _unseen: np.ndarray | None = field(default=None, repr=False)
     noise_std: float = _NOISE_PRIOR_STD
     num_observations: int = 0
 
@@ -70,6 +75,8 @@ class TimeModel:
         y = np.asarray(log_times, dtype=float)
         main = self.encoding.main(index_matrix)
         self.num_observations = len(y)
+        self._unseen = (main.T @ main == 0).astype(float)
+        np.fill_diagonal(self._unseen, 0.0)
         self.pairs = []
         if len(y) == 0:
             self.noise_std = _NOISE_PRIOR_STD
@@ -149,6 +156,9 @@ class TimeModel:
         design = self.design(main)
         mean = design @ self.coef_mean
         var = ((design @ self.coef_cov) * design).sum(axis=1)
+        if self._unseen is not None:
+            # Settings of one knob never co-occur, so only pairs of different knobs count.
+            var = var + 0.5 * ((main @ self._unseen) * main).sum(axis=1) * self.unseen_pair_std**2
         return mean, np.sqrt(np.maximum(var, 1e-12))
 
     def predict(self, index_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
