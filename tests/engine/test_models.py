@@ -132,3 +132,17 @@ def test_measuring_one_micro_batch_moves_the_untried_ones_with_it():
     mb8 = mean[enc.column_of("micro_batch", 8)]
     assert mb8 < 0.4  # the independent prior alone would keep it near 0.8
     assert mb8 > mean[enc.column_of("micro_batch", 4)]  # still the biggest of the three
+
+
+def test_a_combination_never_run_is_less_certain_than_its_parts():
+    """compile and sdpa were each run, never together: the pair adds variance to configs
+    that hold both and to no config that holds one of them."""
+    prob = SyntheticProblem(seed=0)
+    configs = [dict(BASELINE, **kw) for kw in ({}, {"compile": "on"}, {"attention": "sdpa"},
+                                               {"compile": "on", "micro_batch": 2}, {"attention": "sdpa", "micro_batch": 2})]
+    x, y = ENC.configs(configs), np.array([prob.log_time(c) for c in configs])
+    query = ENC.configs([dict(BASELINE, compile="on", attention="sdpa"), dict(BASELINE, compile="on")])
+    _, sd = TimeModel(ENC, Priors()).fit(x, y).predict(query)
+    _, sd_additive = TimeModel(ENC, Priors(), unseen_pair_std=0.0).fit(x, y).predict(query)
+    assert math.isclose(sd[0] ** 2 - sd_additive[0] ** 2, math.log(1.05) ** 2, rel_tol=1e-6)
+    assert math.isclose(sd[1], sd_additive[1])
