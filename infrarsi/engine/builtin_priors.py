@@ -32,7 +32,9 @@ class Level:
 # Share of the peak that activations take at micro-batch 1 without recompute, the rest
 # being model states, buffers and workspace. One number for every activation knob below, so
 # that their memory priors agree with each other: ~30% is typical of a distributed LLM job
-# at micro-batch 1 (Korthikanti et al. 2022, Table 2 against 16 bytes/param of states).
+# at micro-batch 1 (the per-layer activation formula of Korthikanti et al. 2022 against 16
+# bytes/param of model states). A CPU process, whose peak is mostly the runtime, has far
+# less; the models learn that from the runs (see ``Encoding.prior_covariance``).
 _ACTIVATION_SHARE = 0.3
 
 
@@ -130,10 +132,10 @@ _NUMERIC: dict[str, Callable[[float], Level]] = {
     "pp": lambda v: Level(0.08 * math.log2(v), -0.5 * _L(v), 0.1, 0.2, "GPipe bubble (p-1)/m; states /pp, stage-0 activations x pp"),
     # A campaign tunes a fixed allocation (tp * pp * dp = devices), so more data
     # parallelism means less tp/pp: their per-layer comm and bubble go (in their priors),
-    # and each device multiplies larger matrices, ~10% per doubling (Narayanan et al. 2021,
-    # Fig. 13: data parallelism scales better than tensor parallelism at a fixed device
-    # count); the ring all-reduce volume per rank hardly depends on dp (Patarasuk & Yuan
-    # 2009). Per-device memory is unchanged without ZeRO.
+    # and each device multiplies larger matrices, taken as ~10% per doubling (Narayanan et
+    # al. 2021 compare splits of a fixed device count: data parallelism is the cheapest
+    # while the model fits); the ring all-reduce volume per rank hardly depends on dp
+    # (Patarasuk & Yuan 2009). Per-device memory is unchanged without ZeRO.
     "dp": lambda v: Level(-0.1 * math.log2(v), 0.0, 0.15, 0.1, "fixed device count: dp scales better than tp/pp (Narayanan et al. 2021)"),
     # Expert parallel (Lepikhin et al. 2020, GShard): experts shard over ep; all-to-all grows.
     "ep": lambda v: Level(0.05 * math.log2(v), -0.4 * _L(v), 0.1, 0.2, "GShard: experts sharded, all-to-all cost"),

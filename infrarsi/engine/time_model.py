@@ -38,7 +38,7 @@ class TimeModel:
     log_bayes_factor_threshold: float = math.log(3.0)
     max_interactions: int = 16
     # A pair of settings no ok trial has held together may still interact: each such pair
-    # a config holds adds this much (log sd, +-10%) to its predictive variance, so that a
+    # a config holds adds this (log sd, +-5%) to its predictive variance, so that a
     # combination the data never saw is not predicted as surely as its parts.
     unseen_pair_std: float = math.log(1.05)
     pairs: list[tuple[int, int]] = field(default_factory=list)
