@@ -111,7 +111,7 @@ class CampaignRuntime:
 
     def final(self, result: TrialResult) -> TrialResult:
         """A result that is still contaminated when re-measurements run out says so."""
-        if self._loaded(result) and not result.extra.get("retried"):
+        if self._loaded(result) and not self.needs_remeasure(result):
             return result.replace(extra={**result.extra, "contaminated": True})
         return result
 
