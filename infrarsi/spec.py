@@ -158,6 +158,11 @@ class CampaignSpec(_Model):
         return self
 
     @property
+    def trials_on_cpu(self) -> bool:
+        """Trials run real processes without an accelerator (the simulator models GPUs)."""
+        return self.backend == "process" and self.resources.gpus_per_trial == 0
+
+    @property
     def space(self) -> KnobSpace:
         from infrarsi.patches import knob_name
 

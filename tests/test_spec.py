@@ -58,6 +58,16 @@ def test_builtin_spec_loads_and_round_trips(tmp_path):
     assert spec.space.is_feasible(spec.baseline)
 
 
+def test_only_real_processes_without_gpus_count_as_cpu_trials(tmp_path):
+    """The CPU prior table applies to the built-in CPU job, not to GPU trials and not to the
+    simulator, whose trials model GPUs though the harness gives them none."""
+    assert load_spec(builtin_spec_path()).trials_on_cpu
+    gpu = {**BUILTIN, "workload_dir": str(builtin_spec_path().parent), "resources": {"gpus_per_trial": 1}}
+    assert not load_spec(_write(tmp_path, gpu)).trials_on_cpu
+    sim = Path(__file__).resolve().parents[1] / "workloads" / "sim" / "dense-9b-h100.toml"
+    assert not load_spec(sim).trials_on_cpu
+
+
 @pytest.mark.parametrize("changes, expected", [
     ({"contract.seq_len": None}, r"contract\.seq_len: Field required \(found nothing\)"),
     ({"contract.seq_len": "long"}, r"contract\.seq_len: Input should be a valid integer.*found 'long'"),

@@ -33,28 +33,37 @@ class Level:
 # being model states, buffers and workspace. One number for every activation knob below, so
 # that their memory priors agree with each other: ~30% is typical of a distributed LLM job
 # at micro-batch 1 (the per-layer activation formula of Korthikanti et al. 2022 against 16
-# bytes/param of model states). A CPU process, whose peak is mostly the runtime, has far
-# less; the models learn that from the runs (see ``Encoding.prior_covariance``).
+# bytes/param of model states).
 _ACTIVATION_SHARE = 0.3
+# A trainer on CPU (no accelerator) is measured by its process's resident set, of which the
+# framework itself is a large fixed part (importing torch alone takes a few hundred MB), so
+# activations are a few percent of it: the built-in workload's tiny flavour measured ~1% per
+# sample here (325 MB at micro-batch 2, 507 MB at 64 without checkpointing); 5% leaves room
+# for larger models. The models learn the rest from the runs (``Encoding.prior_covariance``).
+_CPU_ACTIVATION_SHARE = 0.05
 
 
-def _activation_factor(kept: float) -> float:
+def _activation_factor(kept: float, share: float = _ACTIVATION_SHARE) -> float:
     """Peak-memory factor of keeping ``kept`` x the activations (1 = all of them)."""
-    return 1.0 - _ACTIVATION_SHARE + _ACTIVATION_SHARE * kept
+    return 1.0 - share + share * kept
 
 
-_CHECKPOINTING = {
-    "none": Level(why="reference: keep every activation"),
-    # Korthikanti et al. 2022 (Megatron, "Reducing Activation Recomputation"): selective
-    # recompute costs ~2-4% time and drops the attention block's activations (about half
-    # of a layer's with the T x T scores; less with a fused attention kernel).
-    "selective": Level(_L(1.04), _L(_activation_factor(0.5)), 0.05, 0.15,
-                       "Korthikanti et al. 2022: +2-4% time, attention activations not kept"),
-    # Full recompute re-runs the forward: +1/3 of forward+backward (Chen et al. 2016),
-    # measured +36% in Korthikanti et al.; activation memory drops to layer inputs (~10%).
-    "full": Level(_L(1.33), _L(_activation_factor(0.1)), 0.1, 0.2,
-                  "Chen et al. 2016 / Korthikanti et al. 2022: +33-36% time, activations ~layer inputs"),
-}
+def _checkpointing(share: float) -> dict[str, Level]:
+    return {
+        "none": Level(why="reference: keep every activation"),
+        # Korthikanti et al. 2022 (Megatron, "Reducing Activation Recomputation"): selective
+        # recompute costs ~2-4% time and drops the attention block's activations (about half
+        # of a layer's with the T x T scores; less with a fused attention kernel).
+        "selective": Level(_L(1.04), _L(_activation_factor(0.5, share)), 0.05, 0.15,
+                           "Korthikanti et al. 2022: +2-4% time, attention activations not kept"),
+        # Full recompute re-runs the forward: +1/3 of forward+backward (Chen et al. 2016),
+        # measured +36% in Korthikanti et al.; activation memory drops to layer inputs (~10%).
+        "full": Level(_L(1.33), _L(_activation_factor(0.1, share)), 0.1, 0.2,
+                      "Chen et al. 2016 / Korthikanti et al. 2022: +33-36% time, activations ~layer inputs"),
+    }
+
+
+_CHECKPOINTING = _checkpointing(_ACTIVATION_SHARE)
 _ON_OFF = {"off": Level(why="reference: feature off")}
 _TABLE: dict[str, dict[str, Level]] = {
     "checkpointing": _CHECKPOINTING,
@@ -113,11 +122,12 @@ _ZERO = {0: Level(why="reference: plain data parallel"),
          3: Level(_L(1.15), _L(0.39), 0.1, 0.3, "ZeRO paper: + params sharded, 1.5x comm volume")}
 
 
-def _micro_batch(mb: float) -> Level:
+def _micro_batch(mb: float, share: float = _ACTIVATION_SHARE) -> Level:
     # Kernels get more efficient with more rows per launch until the device saturates:
     # ~5-10% per doubling (common MLPerf/Megatron experience). Activations scale with the
     # micro-batch (``_ACTIVATION_SHARE`` of the peak at micro-batch 1).
-    return Level(-0.08 * math.log2(mb), _L(_activation_factor(mb)), 0.1, 0.3, "kernel efficiency per doubling; activations linear in micro-batch")
+    return Level(-0.08 * math.log2(mb), _L(_activation_factor(mb, share)), 0.1, 0.3,
+                 "kernel efficiency per doubling; activations linear in micro-batch")
 
 
 _NUMERIC: dict[str, Callable[[float], Level]] = {
@@ -163,26 +173,46 @@ def _normalise(value: Value) -> Value:
     return value.lower() if isinstance(value, str) else value
 
 
-def level(knob: str, value: Value) -> Level | None:
-    """The table's absolute level for one setting, or None when the table is silent."""
+# Where a CPU trainer differs from the accelerator numbers above: activations are a small
+# share of the resident set, and a fused attention kernel has no HBM round trip to save (the
+# FlashAttention gain is a GPU memory-hierarchy gain). PyTorch's sdpa on this machine's CPU
+# measured -12% step time in fp32 and +42% in bf16 against the naive path (median over 30
+# config pairs each): no direction to expect, so centred on 0 with the GPU prior's sd.
+_CPU_SDPA = Level(0.0, _L(_activation_factor(0.5, _CPU_ACTIVATION_SHARE)), 0.3, 0.3,
+                  "CPU: no HBM traffic to save; measured -12% (fp32) to +42% (bf16) on a CPU")
+_CPU_TABLE: dict[str, dict[str, Level]] = {
+    **{k: _checkpointing(_CPU_ACTIVATION_SHARE) for k in ("checkpointing", "recompute", "activation_checkpointing")},
+    "attention": {"naive": _TABLE["attention"]["naive"], "sdpa": _CPU_SDPA, "flash": _CPU_SDPA},
+    "flash_attention": {**_ON_OFF, "on": _CPU_SDPA},
+}
+_CPU_NUMERIC: dict[str, Callable[[float], Level]] = {
+    "micro_batch": lambda v: _micro_batch(v, _CPU_ACTIVATION_SHARE),
+    "micro_batch_size": lambda v: _micro_batch(v, _CPU_ACTIVATION_SHARE),
+}
+
+
+def level(knob: str, value: Value, *, on_cpu: bool = False) -> Level | None:
+    """The table's absolute level for one setting, or None when the table is silent.
+    ``on_cpu``: the trials run on CPU only (no accelerator), where some numbers differ."""
     value = _normalise(value)
-    if knob in _NUMERIC and isinstance(value, (int, float)):
+    numeric = {**_NUMERIC, **_CPU_NUMERIC} if on_cpu else _NUMERIC
+    if knob in numeric and isinstance(value, (int, float)):
         # Stage knobs start at 0; every other numeric knob is a positive count or size.
-        return _NUMERIC[knob](value) if value > 0 or knob in _STAGE_KNOBS else None
-    table = _TABLE.get(knob)
+        return numeric[knob](value) if value > 0 or knob in _STAGE_KNOBS else None
+    table = (_CPU_TABLE.get(knob) if on_cpu else None) or _TABLE.get(knob)
     return table.get(value) if table and isinstance(value, str) else None
 
 
-def builtin_priors(space: KnobSpace, baseline: Config) -> Priors:
+def builtin_priors(space: KnobSpace, baseline: Config, *, on_cpu: bool = False) -> Priors:
     """Per-setting priors relative to ``baseline``; settings the table lacks are left out
-    (``Priors.get`` then answers uninformed)."""
+    (``Priors.get`` then answers uninformed). ``on_cpu``: for trials without an accelerator."""
     out = []
     for knob in space.knobs:
-        base = level(knob.name, baseline[knob.name])
+        base = level(knob.name, baseline[knob.name], on_cpu=on_cpu)
         if base is None:
             continue
         for value in knob.values:
-            lv = level(knob.name, value)
+            lv = level(knob.name, value, on_cpu=on_cpu)
             if lv is None or value == baseline[knob.name]:
                 continue
             out.append(SettingPrior(
@@ -191,5 +221,5 @@ def builtin_priors(space: KnobSpace, baseline: Config) -> Priors:
                 log_time_std=max(math.hypot(lv.time_sd, base.time_sd), 0.02),
                 log_memory_mean=lv.log_memory - base.log_memory,
                 log_memory_std=max(math.hypot(lv.memory_sd, base.memory_sd), 0.02),
-                source="builtin", rationale=lv.why))
-    return Priors.of(out, "builtin")
+                source="builtin-cpu" if on_cpu else "builtin", rationale=lv.why))
+    return Priors.of(out, "builtin-cpu" if on_cpu else "builtin")

@@ -35,6 +35,8 @@ class SearchContext:
     experience_configs: tuple[Config, ...] = ()
     # Per-knob-setting priors on time and memory (the engine reads them; others may ignore).
     priors: Any = None
+    # Trials run without an accelerator (the built-in priors hold a few CPU-specific levels).
+    on_cpu: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -49,7 +49,7 @@ class InfraRSIProposer(Proposer):
 
     def __init__(self, ctx: SearchContext) -> None:
         super().__init__(ctx)
-        base = builtin_priors(ctx.space, ctx.baseline)
+        base = builtin_priors(ctx.space, ctx.baseline, on_cpu=ctx.on_cpu)
         self.priors: Priors = ctx.priors.merged_over(base) if isinstance(ctx.priors, Priors) else base
         self.encoding = Encoding(ctx.space, ctx.baseline)
         self.time_model = TimeModel(self.encoding, self.priors)
@@ -123,14 +123,12 @@ class InfraRSIProposer(Proposer):
         prior_mean, _ = self.time_model.predict_main(self.encoding.feasible_main)
         p_fit = self.memory_model.fit_probability_main(self.encoding.feasible_main)
         prior_rows = start.prior_best_rows(x, prior_mean, p_fit, avail, num_configs)
-        taken = avail.copy()
-        taken[exp_rows[:num_configs] + prior_rows] = False
         observed = ~self._available()
         anchors = np.vstack([x[observed], np.array([self.encoding.baseline_indices])])
-        fill_rows = start.maximin_rows(x, anchors, taken, num_configs, self.rng)
         # Sequential callers ask for one config at a time: rotate the sources by the number
         # of start configs already given, so that each source gets its turn.
-        return start.interleave([exp_rows, prior_rows, fill_rows], num_configs, first=self.num_started)
+        return start.diverse_start(x, [exp_rows, prior_rows], anchors, avail, num_configs, self.rng,
+                                   first=self.num_started)
 
     def _log_scores(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         main = self.encoding.feasible_main

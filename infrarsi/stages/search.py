@@ -28,7 +28,7 @@ def search_priors(rt: CampaignRuntime) -> Any:
     from infrarsi.engine.builtin_priors import builtin_priors
 
     spec, baseline = rt.spec, rt.space.validate(rt.spec.baseline)
-    fallback = builtin_priors(rt.space, baseline)
+    fallback = builtin_priors(rt.space, baseline, on_cpu=rt.spec.trials_on_cpu)
     settings = LLMSettings(**spec.llm.model_dump()) if spec.llm else None
     priors, warnings = priors_or_fallback(settings, rt.space, baseline, workload_description=spec.description,
                                           hardware_description=hardware.describe(dict(rt.contract.hardware)),
@@ -42,7 +42,7 @@ def build_proposer(rt: CampaignRuntime, name: str, priors: Any = None) -> Propos
     spec = rt.spec
     ctx = SearchContext(space=rt.space, baseline=rt.space.validate(spec.baseline),
                         memory_capacity_bytes=int(spec.device.memory_capacity), seed=spec.search.seed,
-                        priors=priors)
+                        priors=priors, on_cpu=rt.spec.trials_on_cpu)
     return make_proposer(name, ctx)
 
 

@@ -70,11 +70,37 @@ def test_batch_is_diverse():
 
 
 def test_start_sources_take_turns_when_asked_one_at_a_time():
-    from infrarsi.engine.start import interleave
+    from infrarsi.engine.start import diverse_start
 
-    experience, prior, fill = [], [10, 11], [20, 21]
+    x = SPACE.feasible_index_matrix
+    anchors, avail = x[:1], np.ones(len(x), dtype=bool)
+    experience, prior = [], [10, 11]
+
+    def start(n, first=0):
+        return diverse_start(x, [experience, prior], anchors, avail, n, np.random.default_rng(0), first=first)
+
     # A batch of three samples every non-empty source; three calls for one config each
     # get the sources in turn instead of the first source three times.
-    assert interleave([experience, prior, fill], 3) == [10, 20, 11]
-    assert [interleave([experience, prior, fill], 1, first=i)[0] for i in range(3)] == [10, 20, 10]
-    assert interleave([[], [], []], 2, first=1) == []
+    batch = start(3)
+    assert batch[0] == 10 and batch[2] == 11 and batch[1] not in (10, 11)
+    singles = [start(1, first=i)[0] for i in range(3)]
+    assert singles[0] == 10 and singles[1] not in (10, 11) and singles[2] == 10
+    assert diverse_start(x, [[], []], anchors, np.zeros(len(x), dtype=bool), 2, np.random.default_rng(0)) == []
+
+
+def test_space_filling_start_keeps_away_from_the_prior_pick_of_its_own_batch():
+    """On two-level knobs the config farthest from the baseline flips every knob; when the
+    prior-best pick of the same batch flips them all too, the fill must not repeat it."""
+    from infrarsi.engine.start import diverse_start
+    from infrarsi.knobs import Knob, KnobSpace
+
+    space = KnobSpace(knobs=tuple(Knob(name=f"k{i}", values=("off", "on")) for i in range(4)))
+    x = space.feasible_index_matrix
+    base = np.zeros((1, 4), dtype=np.int64)
+    all_on = int(np.flatnonzero((x == 1).all(axis=1))[0])
+    for seed in range(5):
+        prior_pick, fill = diverse_start(x, [[all_on]], base, np.ones(len(x), dtype=bool), 2,
+                                         np.random.default_rng(seed))
+        assert prior_pick == all_on
+        # Two knobs flipped: as far from the baseline as from the prior pick.
+        assert (x[fill] != x[all_on]).sum() == 2 and (x[fill] != base[0]).sum() == 2
