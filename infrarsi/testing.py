@@ -12,36 +12,33 @@ from pathlib import Path
 
 from infrarsi.launcher import TrialRequest, run_process_trial
 from infrarsi.stages.init import builtin_spec_path
-from infrarsi.trial import Role
+from infrarsi.trial import Role, TrialResult
 
 GPT_DIR = builtin_spec_path().parent
+
+
+def run_tiny(config: dict, tmp: Path, name: str, *, role: Role = Role.DOCTOR, warmup_steps: int = 1) -> TrialResult:
+    """One short run of the tiny flavour with ``config``'s knobs as flags, no capacity."""
+    argv = [sys.executable, str(GPT_DIR / "train.py"), "--flavour", "tiny", "--seq-len", "128",
+            "--global-batch-tokens", "8192", "--steps", "6", "--threads", "1"]
+    for knob, value in config.items():
+        argv += [f"--{knob.replace('_', '-')}", str(value)]
+    return run_process_trial(TrialRequest(
+        trial_id=name, config=dict(config), role=role, argv=tuple(argv), env={}, cwd=str(GPT_DIR),
+        trial_dir=str(tmp / name), memory_capacity_bytes=2**40, emulate_capacity=False, timeout_s=300,
+        warmup_steps=warmup_steps, num_steps=6))
 
 
 def measure_peak_rss(micro_batch: int, tmp: Path, *, checkpointing: str = "full") -> int:
     """Peak RSS of a short tiny run, the smaller of two (a fresh install's first torch
     process of a session has peaked ~100 MB above later ones)."""
-    argv = (sys.executable, str(GPT_DIR / "train.py"), "--flavour", "tiny", "--seq-len", "128",
-            "--global-batch-tokens", "8192", "--steps", "6", "--micro-batch", str(micro_batch),
-            "--checkpointing", checkpointing, "--attention", "naive", "--threads", "1")
     peaks = []
     for attempt in (1, 2):
-        name = f"probe{micro_batch}{checkpointing}-{attempt}"
-        r = run_process_trial(TrialRequest(
-            trial_id=name, config={}, role=Role.DOCTOR, argv=argv, env={}, cwd=str(GPT_DIR),
-            trial_dir=str(tmp / name), memory_capacity_bytes=2**40, emulate_capacity=False, timeout_s=300,
-            warmup_steps=1, num_steps=6))
+        r = run_tiny({"micro_batch": micro_batch, "checkpointing": checkpointing, "attention": "naive"}, tmp,
+                     f"probe{micro_batch}{checkpointing}-{attempt}")
         assert r.outcome.value == "ok", r.reason
         peaks.append(r.peak_memory_bytes)
     return min(peaks)
-
-
-def oom_capacity(tmp: Path) -> int:
-    """A capacity three quarters of the way from the small baseline's peak to the hungriest
-    corner's (micro-batch 64, no checkpointing, naive attention), both measured here the
-    same way: the corner really OOMs and the baseline really fits. Trials launched through
-    Ray peaked 60-100 MiB above these probes, hence the baseline's wide margin."""
-    small = measure_peak_rss(2, tmp)
-    return small + 3 * (measure_peak_rss(64, tmp, checkpointing="none") - small) // 4
 
 
 SMALL_KNOBS = {
