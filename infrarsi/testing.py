@@ -41,6 +41,15 @@ def measure_peak_rss(micro_batch: int, tmp: Path, *, checkpointing: str = "full"
     return min(peaks)
 
 
+def oom_capacity(tmp: Path) -> int:
+    """A capacity three quarters of the way from the small baseline's peak to the hungriest
+    corner's (micro-batch 64, no checkpointing, naive attention), both measured here the
+    same way: the corner really OOMs and the baseline really fits. Trials launched through
+    Ray peaked 60-100 MiB above these probes, hence the baseline's wide margin."""
+    small = measure_peak_rss(2, tmp)
+    return small + 3 * (measure_peak_rss(64, tmp, checkpointing="none") - small) // 4
+
+
 SMALL_KNOBS = {
     "micro_batch": [2, 64],
     "checkpointing": ["full", "none"],
