@@ -4,7 +4,8 @@
 configs) in a shuffled order per pass, the baseline every tenth run, and keeps step time
 and peak memory. ``replay`` then runs whole searches against that table: a proposer asks
 for two configs, then one per finished trial (the campaign's two slots), for ``--budget``
-trials; an ok trial's step time is the config's median over passes times log-normal noise
+trials, after observing the baseline and the campaign's calibration variant (sdpa) as
+doctor does; an ok trial's step time is the config's median over passes times log-normal noise
 at the baseline repeats' spread, a config whose peak passes the capacity is an OOM. The
 capacity is the campaign benchmark's (``infrarsi.testing.oom_capacity``) rule applied to
 the table. The figure is the measured speedup of each search's best config, so noise in
@@ -37,6 +38,7 @@ from infrarsi.testing import WIDE_KNOBS, run_tiny  # noqa: E402
 from infrarsi.trial import Outcome, Role, TrialResult  # noqa: E402
 
 BASELINE = {k: v[0] for k, v in WIDE_KNOBS.items()}
+CALIBRATION = {"attention": "sdpa"}  # tiny_spec's calibration variant
 SPACE = KnobSpace(knobs=tuple(Knob(name=k, values=tuple(v)) for k, v in WIDE_KNOBS.items()))
 
 
@@ -92,6 +94,7 @@ def search(table: Table, proposer_name: str, seed: int, budget: int) -> dict:
     proposer = make_proposer(proposer_name, SearchContext(
         space=SPACE, baseline=dict(BASELINE), memory_capacity_bytes=table.capacity, seed=seed, on_cpu=True))
     proposer.observe(table.result(dict(BASELINE), "baseline", Role.DOCTOR, rng))
+    proposer.observe(table.result({**BASELINE, **CALIBRATION}, "calibration", Role.CALIBRATE, rng))
     pending, done = proposer.suggest(2), []
     while pending and len(done) < budget:
         r = table.result(pending.pop(0), f"t{len(done)}", Role.SEARCH, rng)

@@ -38,7 +38,7 @@ _ACTIVATION_SHARE = 0.3
 # A trainer on CPU (no accelerator) is measured by its process's resident set, of which the
 # framework itself is a large fixed part (importing torch alone takes a few hundred MB), so
 # activations are a few percent of it: the built-in workload's tiny flavour measured ~1% per
-# sample here (325 MB at micro-batch 2, 507 MB at 64 without checkpointing); 5% leaves room
+# sample here (324 MB at micro-batch 2, 528 MB at 64 without checkpointing, fp32); 5% leaves room
 # for larger models. The models learn the rest from the runs (``Encoding.prior_covariance``).
 _CPU_ACTIVATION_SHARE = 0.05
 
@@ -175,11 +175,12 @@ def _normalise(value: Value) -> Value:
 
 # Where a CPU trainer differs from the accelerator numbers above: activations are a small
 # share of the resident set, and a fused attention kernel has no HBM round trip to save (the
-# FlashAttention gain is a GPU memory-hierarchy gain). PyTorch's sdpa on this machine's CPU
-# measured -12% step time in fp32 and +42% in bf16 against the naive path (median over 30
-# config pairs each): no direction to expect, so centred on 0 with the GPU prior's sd.
+# FlashAttention gain is a GPU memory-hierarchy gain). PyTorch's sdpa on a 2-core CPU with
+# AVX512-BF16 measured -14% step time in fp32 and +35% in bf16 against the naive path
+# (median over 30 config pairs each, docs/benchmark/cpu_landscape): no direction to expect,
+# so centred on 0 with the GPU prior's sd.
 _CPU_SDPA = Level(0.0, _L(_activation_factor(0.5, _CPU_ACTIVATION_SHARE)), 0.3, 0.3,
-                  "CPU: no HBM traffic to save; measured -12% (fp32) to +42% (bf16) on a CPU")
+                  "CPU: no HBM traffic to save; measured -14% (fp32) to +35% (bf16) on a CPU")
 _CPU_TABLE: dict[str, dict[str, Level]] = {
     **{k: _checkpointing(_CPU_ACTIVATION_SHARE) for k in ("checkpointing", "recompute", "activation_checkpointing")},
     "attention": {"naive": _TABLE["attention"]["naive"], "sdpa": _CPU_SDPA, "flash": _CPU_SDPA},
