@@ -4,9 +4,8 @@ Each (seed, proposer) pair runs a real campaign through the flow on the GPT trai
 `tiny` flavour over its CPU knobs (micro-batch, checkpointing, attention, optimizer,
 precision; 120 configs), with the capacity three quarters of the way from the measured
 micro-batch-2 peak to the hungriest corner's, so that corner really OOMs. Proposers of one
-seed run back to back, so machine drift hits them alike; doctor (baseline repeats and the
-sdpa calibration variant, which every proposer observes) is measured by the first campaign
-and reused by the rest (same contract, same machine). Two figures per campaign: its own
+seed run back to back, so machine drift hits them alike; doctor is measured by the first
+campaign and reused by the rest (same contract, same machine). Two figures per campaign: its own
 *verified* speedup (1.0 when nothing was promoted), and the promoted config *re-measured*
 after all campaigns, side by side with every other campaign's and the baseline in shuffled
 rounds (median over rounds of the baseline's step time over the config's in the same

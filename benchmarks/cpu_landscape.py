@@ -4,8 +4,7 @@
 configs) in a shuffled order per pass, the baseline every tenth run, and keeps step time
 and peak memory. ``replay`` then runs whole searches against that table: a proposer asks
 for two configs, then one per finished trial (the campaign's two slots), for ``--budget``
-trials, after observing the baseline and the campaign's calibration variant (sdpa) as
-doctor does; an ok trial's step time is the config's median over passes times log-normal noise
+trials, after observing the baseline; an ok trial's step time is the config's median over passes times log-normal noise
 at the baseline repeats' spread, a config whose peak passes the capacity is an OOM. The
 capacity is the campaign benchmark's (``infrarsi.testing.oom_capacity``) rule applied to
 the table. The figure is the measured speedup of each search's best config, so noise in
@@ -38,7 +37,6 @@ from infrarsi.testing import WIDE_KNOBS, run_tiny  # noqa: E402
 from infrarsi.trial import Outcome, Role, TrialResult  # noqa: E402
 
 BASELINE = {k: v[0] for k, v in WIDE_KNOBS.items()}
-CALIBRATION = {"attention": "sdpa"}  # tiny_spec's calibration variant
 SPACE = KnobSpace(knobs=tuple(Knob(name=k, values=tuple(v)) for k, v in WIDE_KNOBS.items()))
 
 
@@ -94,7 +92,6 @@ def search(table: Table, proposer_name: str, seed: int, budget: int) -> dict:
     proposer = make_proposer(proposer_name, SearchContext(
         space=SPACE, baseline=dict(BASELINE), memory_capacity_bytes=table.capacity, seed=seed, on_cpu=True))
     proposer.observe(table.result(dict(BASELINE), "baseline", Role.DOCTOR, rng))
-    proposer.observe(table.result({**BASELINE, **CALIBRATION}, "calibration", Role.CALIBRATE, rng))
     pending, done = proposer.suggest(2), []
     while pending and len(done) < budget:
         r = table.result(pending.pop(0), f"t{len(done)}", Role.SEARCH, rng)
@@ -136,13 +133,14 @@ def main() -> None:
     r.add_argument("--seeds", type=int, default=20)
     r.add_argument("--budget", type=int, default=10)
     r.add_argument("--proposers", nargs="+", default=["engine", "tpe", "gp", "random", "greedy"])
+    r.add_argument("--landscape", type=Path, default=None, help="default: OUT/landscape.json")
     for p in (m, r):
         p.add_argument("--out", type=Path, default=Path("docs/benchmark/cpu_landscape"))
     args = ap.parse_args()
     if args.command == "measure":
         measure(args.passes, args.out)
     else:
-        replay(args.out / "landscape.json", args.proposers, args.seeds, args.budget, args.out)
+        replay(args.landscape or args.out / "landscape.json", args.proposers, args.seeds, args.budget, args.out)
 
 
 if __name__ == "__main__":

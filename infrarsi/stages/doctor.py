@@ -84,8 +84,7 @@ def _calibrate(rt: CampaignRuntime, reference: tuple[float, ...], runs: list[Tri
         cfg = {**spec.baseline, **variant}
         r = rt.run_one(cfg, Role.CALIBRATE, check=lambda t: enforce(t, spec.contract, None))
         dev = ref.deviation(r.losses)[0] if r.outcome is Outcome.OK else None
-        rows.append({"config": variant, "outcome": r.outcome.value, "deviation": dev, "trial_id": r.trial_id,
-                     "step_time_s": r.step_time_s, "peak_memory_bytes": r.peak_memory_bytes})
+        rows.append({"config": variant, "outcome": r.outcome.value, "deviation": dev, "trial_id": r.trial_id})
     if spec.contract.loss_tolerance is not None:
         return spec.contract.loss_tolerance, "spec", rows
     worst = max(abs(row["deviation"]) for row in rows if row["deviation"] is not None)
@@ -125,18 +124,9 @@ def adopt_doctor(rt: CampaignRuntime, report: DoctorReport) -> None:
     rt.ledger.append("doctor_reused", {"trial_ids": list(report.trial_ids), "step_time_s": report.step_time_s})
 
 
-def doctor_observations(report: DoctorReport, capacity_bytes: int) -> list[TrialResult]:
-    """The baseline and the calibration variants as trial results, for proposers of a
-    campaign whose doctor was cached: the variants are measured configs of the space too
-    (a report cached before they recorded their times and peaks gives the baseline only)."""
-    out = [TrialResult(trial_id="doctor", config=dict(report.baseline), role=Role.DOCTOR, outcome=Outcome.OK,
+def baseline_observation(report: DoctorReport, capacity_bytes: int) -> TrialResult:
+    """The baseline as one trial result, for proposers of a campaign whose doctor was cached."""
+    return TrialResult(trial_id="doctor", config=dict(report.baseline), role=Role.DOCTOR, outcome=Outcome.OK,
                        step_time_s=report.step_time_s, losses=report.reference_losses,
                        peak_memory_bytes=report.peak_memory_bytes, memory_capacity_bytes=capacity_bytes,
-                       tokens_per_step=report.tokens_per_step)]
-    for row in report.calibration:
-        if "trial_id" in row and "peak_memory_bytes" in row:
-            out.append(TrialResult(trial_id=row["trial_id"], config={**report.baseline, **row["config"]},
-                                   role=Role.CALIBRATE, outcome=Outcome(row["outcome"]),
-                                   step_time_s=row["step_time_s"], peak_memory_bytes=row["peak_memory_bytes"],
-                                   memory_capacity_bytes=capacity_bytes))
-    return out
+                       tokens_per_step=report.tokens_per_step)

@@ -9,7 +9,7 @@ from typing import Any
 from infrarsi.checks import enforce
 from infrarsi.proposers import Proposer, SearchContext, make_proposer
 from infrarsi.runtime import CampaignRuntime
-from infrarsi.stages.doctor import DoctorReport, doctor_observations
+from infrarsi.stages.doctor import DoctorReport, baseline_observation
 from infrarsi.trial import Outcome, Role, TrialResult
 
 
@@ -55,11 +55,8 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
     proposer = build_proposer(rt, proposer_name, priors if priors is not None else search_priors(rt))
     history = rt.ledger.trials()
     if not _final(history, {Role.DOCTOR}):  # doctor came from the cache
-        for r in doctor_observations(doctor, int(rt.spec.device.memory_capacity)):
-            proposer.observe(r)
-    # Calibration variants are measured configs of the space: every model learns from them
-    # (the built-in spec's micro-batch and precision variants price those knobs' memory).
-    for r in _final(history, {Role.DOCTOR, Role.CALIBRATE, Role.SEARCH}):  # a resumed campaign replays its ledger
+        proposer.observe(baseline_observation(doctor, int(rt.spec.device.memory_capacity)))
+    for r in _final(history, {Role.DOCTOR, Role.SEARCH}):  # a resumed campaign replays its ledger
         proposer.observe(r)
     done = _final(history, {Role.SEARCH})
     pool = rt.pool
