@@ -38,8 +38,8 @@ _ACTIVATION_SHARE = 0.3
 # A trainer on CPU (no accelerator) is measured by its process's resident set, of which the
 # framework itself is a large fixed part (importing torch alone takes a few hundred MB), so
 # activations are a few percent of it: the built-in workload's tiny flavour measured ~1% per
-# sample here (324 MB at micro-batch 2, 528 MB at 64 without checkpointing, fp32); 5% leaves room
-# for larger models. The models learn the rest from the runs (``Encoding.prior_covariance``).
+# sample here (324 MB at micro-batch 2, 528 MB at 64 without checkpointing, fp32); 5% leaves
+# room for larger models. The models learn the rest from the runs (``Encoding.prior_covariance``).
 _CPU_ACTIVATION_SHARE = 0.05
 
 
