@@ -82,9 +82,9 @@ def remeasure(rows: list[dict], tmp: Path, rounds: int) -> None:
     order; a config's figure is the median over rounds of baseline / config step time."""
     import random
 
-    from infrarsi.testing import WIDE_KNOBS, run_tiny
+    from infrarsi.testing import WIDE_BASELINE as baseline
+    from infrarsi.testing import run_tiny
 
-    baseline = {k: v[0] for k, v in WIDE_KNOBS.items()}
     key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
     configs = {key(c): c for c in [baseline] + [r["promoted_config"] for r in rows if r["promoted_config"]]}
     ratios: dict[str, list[float]] = {k: [] for k in configs}

@@ -4,11 +4,12 @@
 configs) in a shuffled order per pass, the baseline every tenth run, and keeps step time
 and peak memory. ``replay`` then runs whole searches against that table: a proposer asks
 for two configs, then one per finished trial (the campaign's two slots), for ``--budget``
-trials, after observing the baseline; an ok trial's step time is the config's median over passes times log-normal noise
-at the baseline repeats' spread, a config whose peak passes the capacity is an OOM. The
-capacity is the campaign benchmark's (``infrarsi.testing.oom_capacity``) rule applied to
-the table. The figure is the measured speedup of each search's best config, so noise in
-the search can pick a slower config, as in a campaign.
+trials, after observing the baseline; an ok trial's step time is the config's median over
+passes times log-normal noise at the baseline repeats' spread, a config whose peak passes
+the capacity is an OOM. The capacity is the campaign benchmark's rule
+(``infrarsi.testing.capacity_between``) applied to the table. The figure is the measured
+speedup of each search's best config, so noise in the search can pick a slower config, as
+in a campaign.
 
     python benchmarks/cpu_landscape.py measure --passes 2 --out docs/benchmark/cpu_landscape
     python benchmarks/cpu_landscape.py replay --seeds 20 --budget 10 --out docs/benchmark/cpu_landscape
@@ -31,13 +32,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infrarsi.knobs import Knob, KnobSpace  # noqa: E402
 from infrarsi.proposers import SearchContext, make_proposer  # noqa: E402
-from infrarsi.testing import WIDE_KNOBS, run_tiny  # noqa: E402
+from infrarsi.testing import WIDE_BASELINE, WIDE_KNOBS, capacity_between, knob_space, run_tiny  # noqa: E402
 from infrarsi.trial import Outcome, Role, TrialResult  # noqa: E402
 
-BASELINE = {k: v[0] for k, v in WIDE_KNOBS.items()}
-SPACE = KnobSpace(knobs=tuple(Knob(name=k, values=tuple(v)) for k, v in WIDE_KNOBS.items()))
+BASELINE = WIDE_BASELINE
+SPACE = knob_space(WIDE_KNOBS)
 
 
 def _key(config: dict) -> str:
@@ -70,9 +70,8 @@ class Table:
         self.peak = {k: max(r["peak_memory_bytes"] for r in v) for k, v in ok.items()}
         base = [r["step_time_s"] for r in ok[_key(BASELINE)]]
         self.noise = statistics.stdev(math.log(t) for t in base)
-        small = self.peak[_key(BASELINE)]
-        corner = self.peak[_key({**BASELINE, "micro_batch": 64, "checkpointing": "none"})]
-        self.capacity = small + 3 * (corner - small) // 4
+        self.capacity = capacity_between(self.peak[_key(BASELINE)],
+                                         self.peak[_key({**BASELINE, "micro_batch": 64, "checkpointing": "none"})])
         self.baseline_time = self.time[_key(BASELINE)]
         fits = [t for k, t in self.time.items() if self.peak[k] <= self.capacity]
         self.oracle = self.baseline_time / min(fits)

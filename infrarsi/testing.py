@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.launcher import TrialRequest, run_process_trial
 from infrarsi.stages.init import builtin_spec_path
 from infrarsi.trial import Role, TrialResult
@@ -46,8 +47,12 @@ def oom_capacity(tmp: Path) -> int:
     corner's (micro-batch 64, no checkpointing, naive attention), both measured here the
     same way: the corner really OOMs and the baseline really fits. Trials launched through
     Ray peaked 60-100 MiB above these probes, hence the baseline's wide margin."""
-    small = measure_peak_rss(2, tmp)
-    return small + 3 * (measure_peak_rss(64, tmp, checkpointing="none") - small) // 4
+    return capacity_between(measure_peak_rss(2, tmp), measure_peak_rss(64, tmp, checkpointing="none"))
+
+
+def capacity_between(small_peak: int, corner_peak: int) -> int:
+    """Three quarters of the way from the baseline's peak to the hungriest corner's."""
+    return small_peak + 3 * (corner_peak - small_peak) // 4
 
 
 SMALL_KNOBS = {
@@ -63,6 +68,12 @@ WIDE_KNOBS = {
     "optimizer": ["forloop", "foreach"],
     "precision": ["fp32", "bf16"],
 }
+# tiny_spec's baseline for a knob table is its first value of every knob.
+WIDE_BASELINE = {k: v[0] for k, v in WIDE_KNOBS.items()}
+
+
+def knob_space(knobs: dict[str, list]) -> KnobSpace:
+    return KnobSpace(knobs=tuple(Knob(name=k, values=tuple(v)) for k, v in knobs.items()))
 
 
 def tiny_spec(tmp: Path, *, capacity_bytes: int, num_trials: int, proposer: str = "random",

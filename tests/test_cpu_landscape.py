@@ -37,6 +37,7 @@ def test_replay_is_deterministic_and_counts_ooms(bench, tmp_path):
     # Random search over a space with over-capacity configs: some OOM, and OOMs are never best.
     over = {k for k, peak in table.peak.items() if peak > table.capacity}
     assert over and all(bench._key(r["best"]) not in over for r in runs)
+    assert sum(r["oom"] for r in runs) >= 1
     bench.replay(tmp_path / "landscape.json", ["engine", "random"], seeds=2, budget=4, out=tmp_path)
     assert "| engine |" in (tmp_path / "replay.md").read_text()
     assert len(json.loads((tmp_path / "replay.json").read_text())) == 4

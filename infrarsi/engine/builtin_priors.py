@@ -187,6 +187,7 @@ _CPU_TABLE: dict[str, dict[str, Level]] = {
     "flash_attention": {**_ON_OFF, "on": _CPU_SDPA},
 }
 _CPU_NUMERIC: dict[str, Callable[[float], Level]] = {
+    **_NUMERIC,
     "micro_batch": lambda v: _micro_batch(v, _CPU_ACTIVATION_SHARE),
     "micro_batch_size": lambda v: _micro_batch(v, _CPU_ACTIVATION_SHARE),
 }
@@ -196,7 +197,7 @@ def level(knob: str, value: Value, *, on_cpu: bool = False) -> Level | None:
     """The table's absolute level for one setting, or None when the table is silent.
     ``on_cpu``: the trials run on CPU only (no accelerator), where some numbers differ."""
     value = _normalise(value)
-    numeric = {**_NUMERIC, **_CPU_NUMERIC} if on_cpu else _NUMERIC
+    numeric = _CPU_NUMERIC if on_cpu else _NUMERIC
     if knob in numeric and isinstance(value, (int, float)):
         # Stage knobs start at 0; every other numeric knob is a positive count or size.
         return numeric[knob](value) if value > 0 or knob in _STAGE_KNOBS else None

@@ -86,11 +86,10 @@ def test_cpu_priors_expect_a_small_activation_share_and_no_sdpa_gain():
     """A CPU trainer's peak is mostly the runtime, and fused attention has no HBM traffic to
     save there: the CPU table must not rule out large micro-batches or favour sdpa, while
     the accelerator table keeps both."""
-    from infrarsi.knobs import Knob, KnobSpace
-    from infrarsi.testing import WIDE_KNOBS
+    from infrarsi.testing import WIDE_BASELINE as baseline
+    from infrarsi.testing import WIDE_KNOBS, knob_space
 
-    space = KnobSpace(knobs=tuple(Knob(name=k, values=tuple(v)) for k, v in WIDE_KNOBS.items()))
-    baseline = {k: v[0] for k, v in WIDE_KNOBS.items()}
+    space = knob_space(WIDE_KNOBS)
     gpu, cpu = builtin_priors(space, baseline), builtin_priors(space, baseline, on_cpu=True)
     # Micro-batch 16 without recompute, against the micro-batch-2 full-recompute baseline.
     grow = {name: p.get("micro_batch", 16).log_memory_mean + p.get("checkpointing", "none").log_memory_mean
