@@ -156,6 +156,7 @@ def _tail(path: Path, num_chars: int = 4000) -> str:
 @dataclass
 class _Watch:
     peak_rss_bytes: int = 0
+    launched_at: float = 0.0  # monotonic
     killed_for: str | None = None
     returncode: int | None = None
     wall_time_s: float = 0.0
@@ -165,7 +166,8 @@ class _Watch:
 
 
 def _watch(proc: subprocess.Popen, req: TrialRequest, tail: _MetricsTail) -> _Watch:
-    w, t0 = _Watch(), time.monotonic()
+    w = _Watch(launched_at=time.monotonic())
+    t0 = w.launched_at
     root = psutil.Process(proc.pid)
     cpu_by_pid: dict[int, float] = {}
     while True:
@@ -244,8 +246,10 @@ def _classify(req: TrialRequest, base: dict, w: _Watch, tail: _MetricsTail, log_
     extra = {"returncode": w.returncode, "harness_peak_rss_bytes": w.peak_rss_bytes,
              "reported_peak_memory_bytes": reported_peak, "start": start, "cpu_seconds": w.cpu_seconds,
              "reported_step_times_s": [float(e.get("step_time_s", 0.0)) for e, _ in steps]}
-    base.update(peak_memory_bytes=peak or None, extra=extra,
-                losses=tuple(float(e["loss"]) for e, _ in steps if "loss" in e))
+    base.update(peak_memory_bytes=peak or None, extra=extra, host_peak_rss_bytes=w.peak_rss_bytes or None,
+                losses=tuple(float(e["loss"]) for e, _ in steps if "loss" in e),
+                eval_losses=tuple(float(e["eval_loss"]) for e in tail.events
+                                  if e.get("event") == "eval" and "eval_loss" in e))
 
     def failed(outcome: Outcome, reason: str) -> TrialResult:
         return TrialResult(**base, outcome=outcome, reason=reason)
@@ -277,7 +281,9 @@ def _classify(req: TrialRequest, base: dict, w: _Watch, tail: _MetricsTail, log_
     tokens = {int(e.get("tokens", -1)) for e, _ in steps}
     base.update(phases_s=_median_phases([e for e, _ in steps][req.warmup_steps:]))
     extra["foreign_load_cores"] = foreign_load_cores(w.cpu_samples, arrivals[req.warmup_steps - 1], arrivals[-1])
-    return TrialResult(**base, outcome=Outcome.OK, step_time_s=statistics.median(step_times),
+    median_s = statistics.median(step_times)
+    startup_s = max(0.0, arrivals[req.warmup_steps - 1] - w.launched_at - req.warmup_steps * median_s)
+    return TrialResult(**base, outcome=Outcome.OK, step_time_s=median_s, startup_s=startup_s,
                        step_times_s=step_times, tokens_per_step=tokens.pop() if len(tokens) == 1 else -1)
 
 

@@ -62,7 +62,11 @@ class TrialResult:
     ``step_time_s`` is the harness-measured median step time over the contract's measured
     window (None unless the trial produced one). ``peak_memory_bytes`` is the peak the
     harness saw; for an OOM it is a lower bound (the trial was killed at or above
-    ``memory_capacity_bytes``).
+    ``memory_capacity_bytes``). ``host_peak_rss_bytes`` is the largest resident set of
+    any process of the trial's tree, kept apart from the device memory it may stand in for.
+    ``eval_losses`` are the job's evaluation losses in the order reported. ``startup_s`` is
+    what the trial cost before its steps ran at their steady pace: the time from launch to
+    the last warm-up step, less the warm-up steps at the measured median step time.
     """
 
     trial_id: str
@@ -72,10 +76,13 @@ class TrialResult:
     step_time_s: float | None = None
     step_times_s: tuple[float, ...] = ()
     losses: tuple[float, ...] = ()
+    eval_losses: tuple[float, ...] = ()
     peak_memory_bytes: int | None = None
+    host_peak_rss_bytes: int | None = None
     memory_capacity_bytes: int | None = None
     tokens_per_step: int | None = None
     wall_time_s: float = 0.0
+    startup_s: float | None = None
     device_seconds: float = 0.0
     reason: str = ""
     attempt: int = 1
@@ -106,7 +113,7 @@ class TrialResult:
         kw = {k: v for k, v in d.items() if k in names}
         kw["role"] = Role(kw["role"])
         kw["outcome"] = Outcome(kw["outcome"])
-        for k in ("step_times_s", "losses", "patches"):
+        for k in ("step_times_s", "losses", "eval_losses", "patches"):
             kw[k] = tuple(kw.get(k) or ())
         return cls(**kw)
 

@@ -14,7 +14,7 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+        ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
     yield ray
     ray.shutdown()

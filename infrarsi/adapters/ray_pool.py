@@ -50,7 +50,9 @@ def ensure_ray(address: str | None) -> Any:
 
     if not ray.is_initialized():
         os.environ.setdefault("RAY_AUTH_MODE", "disabled" if address is None else "token")
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
+        # "local" always starts a private Ray: with None, Ray would join whatever cluster a
+        # `ray start` on this machine last announced in /tmp/ray, someone else's included.
+        ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
                  log_to_driver=False, configure_logging=False)
     return ray
 
