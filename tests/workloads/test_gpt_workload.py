@@ -160,3 +160,62 @@ def test_uneven_micro_batch_is_an_invalid_config(runs):
     assert run["stderr"].startswith("invalid config:")
     assert len(run["stderr"].strip().splitlines()) == 1
     assert run["events"] == []
+
+
+def test_fsdp_sharding_keeps_the_ddp_loss_trajectory(runs):
+    # 2 processes on gloo: FSDP2's reduce-scattered gradients average the same batch as
+    # DDP's all-reduce, so the trajectories agree within floating-point reordering.
+    ddp = runs.get(*BASELINE, "--sharding", "ddp", nproc=2)
+    fsdp = runs.get(*BASELINE, "--sharding", "fsdp", nproc=2)
+    assert fsdp["events"][0]["knobs"]["sharding"] == "fsdp"
+    assert fsdp["events"][0]["num_params"] == ddp["events"][0]["num_params"]  # global, not a shard
+    assert max_relative_difference(losses(fsdp), losses(ddp)) <= 1e-5
+    assert max_relative_difference(losses(fsdp), losses(runs.get(*BASELINE))) <= 1e-4
+
+
+def test_start_event_reports_model_flops_per_token(runs):
+    from workloads.gpt.flavours import flops_per_token, get_flavour
+
+    start = runs.get(*BASELINE)["events"][0]
+    tiny = get_flavour("tiny")
+    # 2 layers x (4 d^2 attention + 2 d d_ff MLP) + the tied LM head, times 6, plus attention.
+    matrix_params = 2 * (4 * 64 * 64 + 2 * 64 * 256) + 64 * 256
+    assert start["flops_per_token"] == flops_per_token(tiny, 64) == 6 * matrix_params + 12 * 2 * 64 * 64
+    assert "device_name" not in start  # CPU: no accelerator name to report
+
+
+@pytest.mark.parametrize(
+    ("flavour", "num_params_m", "active_matrix_params_m"),
+    [("gpt2-small", 124.4, 123.6), ("gpt2-medium", 354.7, 353.5), ("gpt2-small-moe8", 294.3, 123.6)],
+)
+def test_gpu_flavours_have_the_named_shapes(flavour, num_params_m, active_matrix_params_m):
+    import torch
+
+    from workloads.gpt.flavours import flops_per_token, get_flavour
+    from workloads.gpt.model import GPT
+
+    config = get_flavour(flavour)
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        model = GPT(config)
+    assert model.num_params / 1e6 == pytest.approx(num_params_m, abs=0.1)
+    attention = 12 * config.num_layers * config.d_model * 1024
+    assert (flops_per_token(config, 1024) - attention) / 6e6 == pytest.approx(active_matrix_params_m, abs=0.1)
+    if config.is_moe:
+        assert (config.num_experts, config.top_k) == (8, 2)
+
+
+def test_large_vocabulary_corpus_draws_the_same_tokens_as_numpy_choice():
+    import numpy as np
+
+    from workloads.gpt import data
+
+    # The vectorised successor table is NumPy's choice(replace=False, p=...) draw for draw.
+    rng = np.random.default_rng([7, data._STRUCTURE_STREAM])
+    popularity = 1.0 / np.arange(1, 301) ** data.ZIPF_EXPONENT
+    popularity /= popularity.sum()
+    expected = np.stack([rng.choice(300, size=data.NUM_SUCCESSORS, replace=False, p=popularity)
+                         for _ in range(300)])
+    expected_next = rng.random()
+    rng = np.random.default_rng([7, data._STRUCTURE_STREAM])
+    assert np.array_equal(data._draw_successors(rng, popularity), expected)
+    assert rng.random() == expected_next

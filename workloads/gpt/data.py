@@ -53,12 +53,7 @@ class SyntheticCorpus:
         popularity = 1.0 / np.arange(1, vocab_size + 1) ** ZIPF_EXPONENT
         popularity = popularity[rng.permutation(vocab_size)]
         popularity /= popularity.sum()
-        self._successors = np.stack(
-            [
-                rng.choice(vocab_size, size=NUM_SUCCESSORS, replace=False, p=popularity)
-                for _ in range(vocab_size)
-            ]
-        )
+        self._successors = _draw_successors(rng, popularity)
         self._motifs = rng.choice(vocab_size, size=(NUM_MOTIFS, MOTIF_LEN), p=popularity)
         self._popularity = popularity
         self._cached_step: int | None = None
@@ -121,3 +116,37 @@ class SyntheticCorpus:
             motif[finished] = -1
             motif_pos[finished] = 0
         return tokens
+
+
+def _draw_successors(rng: np.random.Generator, popularity: np.ndarray) -> np.ndarray:
+    """NUM_SUCCESSORS distinct tokens per token, drawn by popularity: [vocab_size, NUM_SUCCESSORS].
+
+    The same draws, from the same random stream, as calling
+    ``rng.choice(vocab_size, size=NUM_SUCCESSORS, replace=False, p=popularity)`` once per
+    token (NumPy's algorithm: draw uniforms against the CDF, keep the first occurrence of
+    each token, redraw the missing ones with the found tokens' mass removed), but the
+    first round's CDF is built once instead of once per token. At a GPT-2 vocabulary
+    (50,304 tokens) that is seconds instead of half a minute per process.
+    """
+    vocab_size = popularity.size
+    first_cdf = np.cumsum(popularity)
+    first_cdf /= first_cdf[-1]
+    successors = np.empty((vocab_size, NUM_SUCCESSORS), dtype=np.int64)
+    for token in range(vocab_size):
+        found = successors[token]
+        num_found = 0
+        while num_found < NUM_SUCCESSORS:
+            uniforms = rng.random((NUM_SUCCESSORS - num_found,))
+            if num_found == 0:
+                cdf = first_cdf
+            else:
+                remaining = popularity.copy()
+                remaining[found[:num_found]] = 0
+                cdf = np.cumsum(remaining)
+                cdf /= cdf[-1]
+            drawn = cdf.searchsorted(uniforms, side="right")
+            _, first_seen = np.unique(drawn, return_index=True)
+            drawn = drawn.take(np.sort(first_seen))
+            found[num_found : num_found + drawn.size] = drawn
+            num_found += drawn.size
+    return successors

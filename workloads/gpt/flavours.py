@@ -7,7 +7,7 @@ the model to win.
 
 from dataclasses import dataclass
 
-__all__ = ["FLAVOURS", "ModelConfig", "get_flavour"]
+__all__ = ["FLAVOURS", "ModelConfig", "flops_per_token", "get_flavour"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +65,45 @@ FLAVOURS: dict[str, ModelConfig] = {
         top_k=2,
         max_seq_len=512,
     ),
+    # GPU sizes. The GPT-2 small and medium shapes (124M and 355M parameters at seq 1024);
+    # the vocabulary is GPT-2's 50,257 padded to a multiple of 64, as tensor cores prefer.
+    "gpt2-small": ModelConfig(
+        vocab_size=50304, num_layers=12, num_heads=12, d_model=768, d_ff=3072, max_seq_len=1024
+    ),
+    "gpt2-medium": ModelConfig(
+        vocab_size=50304, num_layers=24, num_heads=16, d_model=1024, d_ff=4096, max_seq_len=1024
+    ),
+    # gpt2-small with every MLP replaced by 8 routed experts, top-2, each expert half as
+    # wide as the dense MLP: ~294M parameters, about gpt2-small's work per token.
+    "gpt2-small-moe8": ModelConfig(
+        vocab_size=50304,
+        num_layers=12,
+        num_heads=12,
+        d_model=768,
+        d_ff=1536,
+        num_experts=8,
+        top_k=2,
+        max_seq_len=1024,
+    ),
 }
+
+
+def flops_per_token(config: ModelConfig, seq_len: int) -> int:
+    """Model FLOPs of one training token (forward and backward) at `seq_len`.
+
+    6 x the parameters each token multiplies (attention and MLP matrices, the routed
+    experts' share and the router for MoE, the tied LM head; not the embedding lookups or
+    LayerNorm gains) plus 12 x layers x d_model x seq_len for attention's score and value
+    products (the PaLM paper's appendix B convention, no causal halving), so recompute and
+    implementation choices do not change it.
+    """
+    d, d_ff = config.d_model, config.d_ff
+    mlp = 2 * d * d_ff
+    if config.is_moe:
+        mlp = config.top_k * mlp + d * config.num_experts
+    per_layer = 4 * d * d + mlp
+    matrix_params = config.num_layers * per_layer + d * config.vocab_size
+    return 6 * matrix_params + 12 * config.num_layers * d * seq_len
 
 
 def get_flavour(name: str) -> ModelConfig:

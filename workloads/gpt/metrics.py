@@ -8,8 +8,10 @@ and peak memory.
 Events, written by global rank 0 only, appended and flushed line by line to the file
 named by INFRARSI_METRICS_FILE (stdout when unset):
 
-- start: flavour, num_params, world_size, seq_len, global_batch_tokens, micro_batch,
-  grad_accum_steps, device, comm_in_backward, knobs (every knob value of the run).
+- start: flavour, num_params, flops_per_token (model FLOPs of one training token, for
+  MFU), world_size, seq_len, global_batch_tokens, micro_batch, grad_accum_steps, device,
+  device_name (the accelerator's name as its driver reports it; absent on CPU),
+  comm_in_backward, knobs (every knob value of the run).
 - step: step, loss, step_time_s, tokens, peak_memory_bytes, phases. `phases` holds the
   trainer's own split of the step (data_s, forward_s, backward_s, optimizer_s, comm_s);
   with DDP the gradient all-reduce overlaps backward, so its time is inside backward_s,
@@ -70,6 +72,7 @@ class MetricsWriter:
         *,
         flavour: str,
         num_params: int,
+        flops_per_token: int,
         seq_len: int,
         global_batch_tokens: int,
         micro_batch: int,
@@ -81,12 +84,18 @@ class MetricsWriter:
                 "event": "start",
                 "flavour": flavour,
                 "num_params": num_params,
+                "flops_per_token": flops_per_token,
                 "world_size": self.world_size,
                 "seq_len": seq_len,
                 "global_batch_tokens": global_batch_tokens,
                 "micro_batch": micro_batch,
                 "grad_accum_steps": grad_accum_steps,
                 "device": str(self.device),
+                **(
+                    {"device_name": torch.cuda.get_device_name(self.device)}
+                    if self.device.type == "cuda"
+                    else {}
+                ),
                 "comm_in_backward": self.world_size > 1,
                 "knobs": knobs,
             }

@@ -37,11 +37,16 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from workloads.gpt.data import SyntheticCorpus
-from workloads.gpt.flavours import FLAVOURS, get_flavour
+from workloads.gpt.flavours import FLAVOURS, flops_per_token, get_flavour
 from workloads.gpt.metrics import MetricsWriter
 from workloads.gpt.model import ATTENTION_IMPLEMENTATIONS, CHECKPOINTING_MODES, GPT
 
 INVALID_CONFIG_EXIT_CODE = 2
+# How several processes hold the model: ddp replicates parameters, gradients and optimizer
+# state and all-reduces gradients; fsdp shards all three (FSDP2's fully_shard on each
+# block and the root), all-gathering parameters around each block's forward and backward
+# and reduce-scattering gradients. Both average the same gradients. One process: no-op.
+SHARDING_MODES = ("ddp", "fsdp")
 
 
 class InvalidConfigError(Exception):
@@ -66,6 +71,7 @@ class TrainConfig:
     attention: str = "naive"
     threads: int = 0  # 0 = leave torch's default (torchrun sets 1 per process)
     bucket_mb: int = 25  # DDP's default bucket size
+    sharding: str = "ddp"  # ddp: replicate parameters; fsdp: FSDP2 fully_shard per block
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
@@ -88,6 +94,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     add("--attention", choices=sorted(ATTENTION_IMPLEMENTATIONS), default=defaults.attention)
     add("--threads", type=int, default=defaults.threads)
     add("--bucket-mb", type=int, default=defaults.bucket_mb)
+    add("--sharding", choices=SHARDING_MODES, default=defaults.sharding)
     return TrainConfig(**vars(parser.parse_args(argv)))
 
 
@@ -200,27 +207,50 @@ class Placement:
 
 
 def build_model(config: TrainConfig, placement: Placement):
-    """(model, runner, ddp_model): runner is what the loop calls, possibly DDP and compiled."""
+    """(model, runner, gradient_sync): runner is what the loop calls (DDP or FSDP2,
+    possibly compiled); gradient_sync(is_last) is the context of one micro-step's
+    forward and backward, which skips the gradient exchange on all but the last."""
     torch.manual_seed(config.seed)
     model = GPT(
         get_flavour(config.flavour), attention=config.attention, checkpointing=config.checkpointing
     ).to(placement.device)
-    ddp_model = None
-    if placement.world_size > 1:
-        ddp_model = DistributedDataParallel(
+    runner = model
+
+    def gradient_sync(is_last: bool):
+        return contextlib.nullcontext()
+
+    if placement.world_size > 1 and config.sharding == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(placement.device.type, (placement.world_size,))
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+
+        @contextlib.contextmanager
+        def gradient_sync(is_last: bool):
+            model.set_requires_gradient_sync(is_last)
+            yield
+
+    elif placement.world_size > 1:
+        runner = ddp_model = DistributedDataParallel(
             model,
             device_ids=[placement.local_rank] if placement.device.type == "cuda" else None,
             bucket_cap_mb=config.bucket_mb,
         )
-    runner = ddp_model if ddp_model is not None else model
+
+        def gradient_sync(is_last: bool):
+            return contextlib.nullcontext() if is_last else ddp_model.no_sync()
+
     if config.compile == "on":
         runner = torch.compile(runner)
-    return model, runner, ddp_model
+    return model, runner, gradient_sync
 
 
 def train(config: TrainConfig, placement: Placement, grad_accum_steps: int) -> None:
     device, rank, world_size = placement.device, placement.rank, placement.world_size
-    model, runner, ddp_model = build_model(config, placement)
+    model, runner, gradient_sync = build_model(config, placement)
     optimizer = make_optimizer(model, config)
     corpus = SyntheticCorpus(
         seed=config.seed,
@@ -234,7 +264,8 @@ def train(config: TrainConfig, placement: Placement, grad_accum_steps: int) -> N
     knobs.update(nproc=world_size, threads_effective=torch.get_num_threads())
     metrics.start(
         flavour=config.flavour,
-        num_params=model.num_params,
+        num_params=model.num_params,  # a sharded parameter counts its global size
+        flops_per_token=flops_per_token(model.config, config.seq_len),
         seq_len=config.seq_len,
         global_batch_tokens=config.global_batch_tokens,
         micro_batch=config.micro_batch,
@@ -262,8 +293,7 @@ def train(config: TrainConfig, placement: Placement, grad_accum_steps: int) -> N
                 targets = targets.to(device, non_blocking=True)
             # Only the last micro-step all-reduces gradients; the others just accumulate.
             is_last = micro_step == grad_accum_steps - 1
-            no_sync = ddp_model is not None and not is_last
-            with ddp_model.no_sync() if no_sync else contextlib.nullcontext():
+            with gradient_sync(is_last):
                 with timer.phase("forward_s"), autocast:
                     loss = runner(inputs, targets)
                 with timer.phase("backward_s"):
@@ -273,7 +303,9 @@ def train(config: TrainConfig, placement: Placement, grad_accum_steps: int) -> N
         with timer.phase("optimizer_s"):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        phases = {**timer.seconds(), "comm_s": 0.0}  # DDP's all-reduce is inside backward_s
+        # DDP's all-reduce and FSDP's gathers and reduce-scatters are inside forward_s and
+        # backward_s.
+        phases = {**timer.seconds(), "comm_s": 0.0}
         metrics.end_step(step=step, loss=loss_sum / grad_accum_steps, phases=phases)
     metrics.end()
 
