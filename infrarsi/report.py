@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from infrarsi.ledger import Ledger
+from infrarsi.mfu import campaign_mfu
 from infrarsi.trial import Outcome, Role, TrialResult
 from infrarsi.workspace import CampaignDir
 
@@ -72,6 +73,9 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "branch": apply.get("branch"), "commit": apply.get("commit"),
         "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.get("extra", {}).get("mlflow_parent_run_id"),
         "report": str(cdir.report_html),
+        # baseline_mfu, promoted_mfu (fractions; None on CPU) and mfu_basis (device, peak, count).
+        **campaign_mfu(spec=contract["spec"], hardware=contract.get("hardware", {}), doctor=doctor, promoted=promoted,
+                       starts={t.trial_id: t.extra.get("start") or {} for t in trials}),
     }
 
 
@@ -134,6 +138,14 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _mfu_line(s: dict[str, Any]) -> str:
+    basis = s["mfu_basis"]
+    pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
+    return (f"- MFU: baseline {pct(s['baseline_mfu'])}, promoted {pct(s['promoted_mfu'])} "
+            f"(against {basis['num_devices']} x {basis['accelerator']} at "
+            f"{basis['peak_flops_per_device'] / 1e12:,.0f} TFLOP/s dense bf16, from the {basis['peak_source']})")
+
+
 def render_markdown(cdir: CampaignDir) -> str:
     s = summarize(cdir)
     contract = cdir.read_json(cdir.contract)
@@ -155,6 +167,8 @@ def render_markdown(cdir: CampaignDir) -> str:
                f"- branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "- branch: not staged"]
     else:
         md += ["No candidate was promoted: none cleared verification (see below). The baseline stands."]
+    if s["mfu_basis"]:
+        md += [_mfu_line(s)]
     md += [f"- baseline step time {_fmt_s(s['baseline_step_time_s'])}, best search trial {_fmt_s(s['best_step_time_s'])}",
            f"- trials by outcome: {s['trials_by_outcome']}; seconds spent on failed trials: {s['failed_trial_seconds']}",
            "", "## Doctor (baseline)", ""]

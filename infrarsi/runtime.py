@@ -58,7 +58,12 @@ class CampaignRuntime:
             res = self.spec.resources
             self._pool = TrialPool(PoolSettings(address=self.settings.ray_address,
                                                 gpus_per_trial=res.gpus_per_trial, cpus_per_trial=res.cpus_per_trial,
-                                                concurrency=self.settings.concurrency or res.concurrency))
+                                                concurrency=self.settings.concurrency or res.concurrency,
+                                                nodes_per_trial=res.nodes_per_trial,
+                                                processes_per_node=res.processes_per_node,
+                                                placement_strategy=res.placement_strategy,
+                                                placement_timeout_s=res.placement_timeout_s,
+                                                node_resources=dict(res.node_resources)))
         return self._pool
 
     def request(self, config: Config, role: Role, *, seed: int | None = None) -> TrialRequest:
@@ -72,7 +77,7 @@ class CampaignRuntime:
             trial_dir=str(self.cdir.trials / trial_id), memory_capacity_bytes=int(self.spec.device.memory_capacity),
             emulate_capacity=self.spec.device.emulate_capacity, timeout_s=self.spec.budget.trial_timeout_s,
             warmup_steps=c.warmup_steps, num_steps=c.num_steps, locked_hashes=dict(self.contract.locked_hashes),
-            devices_per_trial=res.gpus_per_trial or res.cpus_per_trial, backend=self.spec.backend,
+            devices_per_trial=(res.gpus_per_trial or res.cpus_per_trial) * res.nodes_per_trial, backend=self.spec.backend,
             sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids)
         return self._requests[trial_id]
 

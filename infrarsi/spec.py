@@ -89,6 +89,26 @@ class ResourcesSpec(_Model):
         default=0.5, ge=0, description="CPU cores other processes may use during a measured window "
         "before the measurement counts as contaminated and is taken again")
     max_remeasures: int = Field(default=2, ge=0, description="re-measurements of a contaminated trial")
+    # Trials that span nodes (infrarsi/multinode.py): a Ray placement group of
+    # nodes_per_trial bundles, each gpus_per_trial GPUs and cpus_per_trial CPUs.
+    nodes_per_trial: int = Field(default=1, ge=1, description="nodes one trial spans; above 1 the "
+                                 "command must be a torchrun line (c10d rendezvous on the first node)")
+    processes_per_node: int | None = Field(default=None, ge=1, description="torchrun --nproc-per-node on "
+                                           "each node of a multi-node trial; unset: the command's own")
+    placement_strategy: Literal["STRICT_SPREAD", "PACK"] = Field(
+        default="STRICT_SPREAD", description="STRICT_SPREAD: one bundle per distinct node; PACK: as few "
+        "nodes as fit")
+    placement_timeout_s: float = Field(default=60, gt=0, description="a placement group not placed by then "
+                                       "is removed and the trial fails")
+    node_resources: dict[str, float] = Field(default={}, description="custom Ray resources each node "
+                                             "bundle asks for (e.g. a node type)")
+    # MFU (infrarsi/mfu.py): omitted on CPU, never invented.
+    accelerator: str | None = Field(default=None, description="device name for the peak-FLOP/s table "
+                                    "when the job does not report one, e.g. 'NVIDIA H100 80GB HBM3'")
+    peak_flops_per_device: float | None = Field(default=None, gt=0, description="dense bf16 FLOP/s per "
+                                                "device, for a device the table does not know")
+    flops_per_token: float | None = Field(default=None, gt=0, description="model FLOPs of one training "
+                                          "token, for a job whose start event does not report them")
 
 
 class BudgetSpec(_Model):

@@ -4,7 +4,8 @@ Ray's resource scheduler does the pinning: an actor that asks for ``num_gpus=g``
 with ``CUDA_VISIBLE_DEVICES`` set to its GPUs, and the trial process it launches inherits
 that. An actor that dies mid-trial (its node lost, the process killed) is replaced and
 the trial is retried once on the fresh actor; both attempts are returned so both are
-recorded.
+recorded. A trial that spans nodes (``nodes_per_trial > 1``) runs on a placement group
+instead (``infrarsi.adapters.ray_placement``); a node lost mid-trial is retried the same way.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class PoolSettings:
     gpus_per_trial: int = 0
     cpus_per_trial: float = 1.0
     concurrency: int | None = None
+    # Multi-node trials: gpus_per_trial and cpus_per_trial are then per node.
+    nodes_per_trial: int = 1
+    processes_per_node: int | None = None
+    placement_strategy: str = "STRICT_SPREAD"
+    placement_timeout_s: float = 60.0
+    node_resources: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def ensure_ray(address: str | None) -> Any:
@@ -61,10 +68,31 @@ def device_slots(settings: PoolSettings) -> int:
     """Independent device slots: GPUs per trial slots, or one CPU device."""
     ray = ensure_ray(settings.address)
     resources = ray.cluster_resources()
+    if settings.nodes_per_trial > 1:
+        return 1  # a trial holds several nodes: one at a time unless the spec says otherwise
     if settings.gpus_per_trial:
         return max(1, int(resources.get("GPU", 0) // settings.gpus_per_trial))
     # On CPU the machine is one device: concurrent trials would share cores and disturb timing.
     return 1
+
+
+def _placement_actor(ray: Any, settings: PoolSettings) -> tuple[Any, tuple]:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from infrarsi.adapters.ray_placement import PlacementSettings, PlacementTrialActor
+    from infrarsi.multinode import NodeLayout
+
+    layout = NodeLayout(num_nodes=settings.nodes_per_trial, processes_per_node=settings.processes_per_node,
+                        gpus_per_node=settings.gpus_per_trial, cpus_per_node=settings.cpus_per_trial)
+    placement = PlacementSettings(layout=layout, strategy=settings.placement_strategy,
+                                  timeout_s=settings.placement_timeout_s, node_resources=settings.node_resources,
+                                  max_attempts=MAX_ATTEMPTS)
+    # The coordinator holds no resources and lives on the driver's node, so losing a trial
+    # node does not take it down (the campaign would not survive its own node anyway); its
+    # node actors die with it if it goes.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    cls = ray.remote(PlacementTrialActor).options(num_cpus=0, max_restarts=0, scheduling_strategy=here)
+    return cls, (placement,)
 
 
 class TrialPool:
@@ -72,10 +100,13 @@ class TrialPool:
         self.ray = ensure_ray(settings.address)
         self.settings = settings
         self.num_slots = settings.concurrency or device_slots(settings)
-        self._cls = self.ray.remote(_TrialActor).options(
-            num_gpus=settings.gpus_per_trial, num_cpus=min(settings.cpus_per_trial, self._max_cpus()),
-            max_restarts=0)
-        self._idle = [self._cls.remote() for _ in range(self.num_slots)]
+        if settings.nodes_per_trial > 1:
+            self._cls, self._args = _placement_actor(self.ray, settings)
+        else:
+            self._cls, self._args = self.ray.remote(_TrialActor).options(
+                num_gpus=settings.gpus_per_trial, num_cpus=min(settings.cpus_per_trial, self._max_cpus()),
+                max_restarts=0), ()
+        self._idle = [self._cls.remote(*self._args) for _ in range(self.num_slots)]
         self._inflight: dict[Any, tuple[Any, TrialRequest]] = {}
 
     def _max_cpus(self) -> float:
@@ -103,14 +134,21 @@ class TrialPool:
         for ref in done:
             actor, req = self._inflight.pop(ref)
             try:
-                out.append(self.ray.get(ref))
-                self._idle.append(actor)
+                result = self.ray.get(ref)
             except self.ray.exceptions.RayActorError as exc:
                 out.append(self._actor_died(req, exc))
+                continue
+            out.append(result)
+            if result.extra.get("actor_died") and result.extra.get("retried"):
+                # A node of a multi-node trial was lost; its slot's actor is alive.
+                again = dataclasses.replace(req, attempt=req.attempt + 1)
+                self._inflight[actor.run.remote(again)] = (actor, again)
+            else:
+                self._idle.append(actor)
         return out
 
     def _actor_died(self, req: TrialRequest, exc: Exception) -> TrialResult:
-        fresh = self._cls.remote()
+        fresh = self._cls.remote(*self._args)
         retry = req.attempt < MAX_ATTEMPTS
         record = TrialResult(trial_id=req.trial_id, config=dict(req.config), role=req.role, attempt=req.attempt,
                              outcome=Outcome.CRASH, reason=f"the Ray actor died mid-trial: {type(exc).__name__}",
