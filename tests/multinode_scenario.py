@@ -3,8 +3,8 @@
 Run by tests/test_multinode.py in its own process, so that its Ray (a ``Cluster``: a head
 and a worker node, each offering one ``trial_node`` bundle; its address file in a private
 temporary folder instead of /tmp/ray) never meets the session's local Ray, and nobody
-else's ``ray.init()`` or ``ray.init("auto")`` can find it. Writes OUT_DIR/report.json (the trials' records and what the cluster saw)
-before it shuts the cluster down.
+else's ``ray.init()`` or ``ray.init("auto")`` can find it. Writes OUT_DIR/report.json (the
+trials' records and what the cluster saw) before it shuts the cluster down.
 
     python tests/multinode_scenario.py OUT_DIR
 """
