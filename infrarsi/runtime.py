@@ -25,21 +25,38 @@ from infrarsi.workspace import CampaignDir
 @dataclass(kw_only=True)
 class RuntimeSettings:
     ray_address: str | None = None
-    tracking_uri: str | None = None
+    tracking_uri: str | None = None  # "none": no MLflow (the ledger stays the record)
+    in_process: bool = False  # trials one at a time from this process, without Ray
     concurrency: int | None = None
     on_result: Callable[[TrialResult], None] | None = field(default=None, repr=False)
 
 
+class _NoTracking:
+    """Stands in for the MLflow tracker where there is none (tracking_uri = "none")."""
+
+    def start_campaign(self, *args: object, **kwargs: object) -> None:
+        return None
+
+    def log_trial(self, *args: object) -> None:
+        pass
+
+    def end_campaign(self, *args: object) -> None:
+        pass
+
+
 class CampaignRuntime:
     def __init__(self, contract: Contract, cdir: CampaignDir, settings: RuntimeSettings) -> None:
-        from infrarsi.adapters.tracking import Tracker
-
         self.contract, self.cdir, self.settings = contract, cdir, settings
         self.spec = contract.spec
         self.space = self.spec.space
         self.ledger = Ledger(cdir.ledger)
-        self.tracker = Tracker(settings.tracking_uri or cdir.default_tracking_uri,
-                               experiment_name=f"infrarsi-{self.spec.name}", spool_path=cdir.mlflow_spool)
+        if settings.tracking_uri == "none":
+            self.tracker = _NoTracking()
+        else:
+            from infrarsi.adapters.tracking import Tracker
+
+            self.tracker = Tracker(settings.tracking_uri or cdir.default_tracking_uri,
+                                   experiment_name=f"infrarsi-{self.spec.name}", spool_path=cdir.mlflow_spool)
         self.parent_run_id = self.tracker.start_campaign(
             contract.campaign_id, params={"spec": self.spec.name, "backend": self.spec.backend,
                                           "proposer": self.spec.search.proposer,
@@ -54,6 +71,10 @@ class CampaignRuntime:
 
     @property
     def pool(self) -> TrialPool:
+        if self._pool is None and self.settings.in_process:
+            from infrarsi.inprocess_pool import InProcessPool
+
+            self._pool = InProcessPool()
         if self._pool is None:
             res = self.spec.resources
             self._pool = TrialPool(PoolSettings(address=self.settings.ray_address,

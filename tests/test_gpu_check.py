@@ -1,0 +1,123 @@
+"""benchmarks/gpu_check.py on a CPU machine: its help, its refusal, the spec it adapts, and
+its Ray-free, MLflow-free campaign path on the tiny GPT (the CUDA run itself is marked gpu)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from infrarsi.spec import load_spec, parse_spec
+from infrarsi.trial import Outcome, Role
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _run(*args, timeout=120):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_help_describes_the_one_command():
+    out = _run("--help")
+    assert out.returncode == 0
+    assert "--budget" in out.stdout and "--wheels" in out.stdout and "--fetch-wheels" in out.stdout
+
+
+@pytest.mark.skipif("_cuda()", reason="checks the refusal on a machine without CUDA")
+def test_on_a_cpu_machine_it_stops_at_once_and_says_why(tmp_path):
+    out = _run("--out", str(tmp_path))
+    assert out.returncode == 2
+    assert "no CUDA device here" in out.stderr and "run it on a machine with an NVIDIA GPU" in out.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing started
+
+
+def test_the_gpu_spec_loads_and_adapts_to_a_one_gpu_machine(tmp_path):
+    spec_path = ROOT / "workloads" / "gpt" / "campaign-gpu.toml"
+    spec = load_spec(spec_path)
+    assert spec.resources.gpus_per_trial == 8 and not spec.device.emulate_capacity
+    assert {"micro_batch", "checkpointing", "precision", "compile", "optimizer", "attention", "nproc", "bucket_mb",
+            "sharding"} <= set(spec.knobs)
+    gpu_check = _load()
+    data = gpu_check.adapt_spec(tomllib.loads(spec_path.read_text()), spec_dir=spec_path.parent, num_gpus=1,
+                                capacity_bytes=150_754_820_096, budget=10, verify_pairs=None)
+    adapted = parse_spec(data, source="adapted", base_dir=tmp_path)
+    assert adapted.knobs["nproc"].values == [1] and adapted.resources.gpus_per_trial == 1
+    assert {"nproc": 2} not in adapted.calibration and {"precision": "bf16"} in adapted.calibration
+    assert int(adapted.device.memory_capacity) == 150_754_820_096 and adapted.budget.num_trials == 10
+    assert adapted.workload_dir == spec_path.parent
+
+
+TINY_SPEC = """
+name = "tiny-inprocess"
+workload_dir = "{workload_dir}"
+repository = "copy"
+command = ["{{python}}", "train.py", "--flavour", "tiny", "--seq-len", "{{seq_len}}",
+           "--global-batch-tokens", "{{global_batch_tokens}}", "--steps", "{{num_steps}}", "--seed", "{{seed}}",
+           "--checkpointing", "full", "--attention", "naive", "--threads", "1"]
+baseline = {{ micro_batch = 2 }}
+
+[knobs.micro_batch]
+values = [2, 8]
+flag = "--micro-batch"
+
+[contract]
+seq_len = 64
+global_batch_tokens = 1024
+num_steps = 4
+warmup_steps = 1
+editable = ["model.py", "train.py"]
+locked = ["data.py", "metrics.py", "flavours.py"]
+
+[device]
+memory_capacity = "2GiB"
+
+[resources]
+max_remeasures = 0  # this test is about the path, not the timing (the machine may be loaded)
+
+[budget]
+num_trials = 1
+doctor_repeats = 3
+num_finalists = 1
+verify_pairs = 2
+"""
+
+
+@pytest.mark.slow
+def test_its_campaign_runs_without_ray_or_mlflow_on_the_tiny_gpt(tmp_path):
+    spec_path = tmp_path / "tiny.toml"
+    spec_path.write_text(TINY_SPEC.format(workload_dir=ROOT / "workloads" / "gpt"))
+    gpu_check = _load()
+    rt, cdir, doctor = gpu_check.run_campaign(spec_path, tmp_path / "out", proposer="random", budget=1)
+    findings = gpu_check.findings(cdir, doctor, None)
+    trials = rt.ledger.trials()
+    assert [t.role for t in trials[:3]] == [Role.DOCTOR] * 3 and all(t.outcome is Outcome.OK for t in trials)
+    assert sum(t.role is Role.SEARCH for t in trials) == 1 and len(trials) == 8  # 3 + 1 + 2 pairs
+    assert not (cdir.root / "mlflow.db").exists()  # no tracking store was created
+    assert findings["baseline_mfu"] is None and findings["mfu_basis"] is None  # CPU: omitted
+    assert findings["baseline_step_time_s"] == doctor.step_time_s and findings["ooms"] == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif("not _cuda()", reason="needs a CUDA device")
+def test_the_gpu_check_runs_end_to_end_on_a_gpu(tmp_path):
+    out = _run("--budget", "4", "--verify-pairs", "2", "--out", str(tmp_path), timeout=3000)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "baseline:" in out.stdout and "MFU" in out.stdout and "OOM" in out.stdout
