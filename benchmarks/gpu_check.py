@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_SPEC = ROOT / "workloads" / "gpt" / "campaign-gpu.toml"
-WHEELS = ("pydantic>=2", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions", "scipy",
+WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions", "scipy",
           "GitPython", "gitdb", "smmap", "tomli-w")
 NEEDED_MODULES = ("numpy", "psutil", "pydantic", "scipy", "git", "tomli_w")
 NO_CUDA_EXIT_CODE = 2
@@ -49,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budget", type=int, default=10, help="search trials (default 10)")
     parser.add_argument("--verify-pairs", type=int, default=None, help="A/B pairs per finalist (spec: 3)")
+    parser.add_argument("--finalists", type=int, default=None, help="configs verified against the baseline (spec: 2)")
     parser.add_argument("--proposer", default="engine", help="engine, tpe, gp, random or greedy")
     parser.add_argument("--spec", type=Path, default=GPU_SPEC, help="the GPU campaign spec to adapt")
     parser.add_argument("--out", type=Path, default=ROOT / "campaigns" / "gpu-check", help="campaign folder root")
@@ -59,12 +60,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _pinned(name: str) -> str:
+    """``name`` at the version installed here (the one the tests ran with), if any:
+    pydantic pins its pydantic-core exactly, so the two must come as a pair."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{name}=={version(name)}"
+    except PackageNotFoundError:
+        return name
+
+
 def fetch_wheels(dest: Path) -> int:
     """Download the wheels (CPython 3.12, manylinux x86-64) with pip; numpy comes from the box."""
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps", "--python-version", "3.12",
            "--implementation", "cp", "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
-           "--platform", "manylinux_2_28_x86_64", "-d", str(dest), *WHEELS]
+           "--platform", "manylinux_2_28_x86_64", "-d", str(dest), *map(_pinned, WHEELS)]
     code = subprocess.run(cmd).returncode
     size = sum(p.stat().st_size for p in dest.glob("*.whl"))
     print(f"gpu_check: {len(list(dest.glob('*.whl')))} wheels, {size / 2**20:.1f} MiB in {dest}")
@@ -110,7 +122,7 @@ def preflight() -> tuple[int, str] | None:
 
 
 def adapt_spec(data: dict, *, spec_dir: Path, num_gpus: int, capacity_bytes: int, budget: int,
-               verify_pairs: int | None) -> dict:
+               verify_pairs: int | None = None, finalists: int | None = None) -> dict:
     """The GPU spec for this machine: its GPUs and memory capacity, process counts that fit."""
     data = json.loads(json.dumps(data))  # a deep copy of plain TOML data
     nproc = [n for n in data["knobs"]["nproc"]["values"] if n <= num_gpus]
@@ -123,6 +135,8 @@ def adapt_spec(data: dict, *, spec_dir: Path, num_gpus: int, capacity_bytes: int
     data["budget"]["num_trials"] = budget
     if verify_pairs:
         data["budget"]["verify_pairs"] = verify_pairs
+    if finalists:
+        data["budget"]["num_finalists"] = finalists
     return data
 
 
@@ -256,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     capacity = torch.cuda.get_device_properties(0).total_memory
     data = adapt_spec(tomllib.loads(args.spec.read_text()), spec_dir=args.spec.resolve().parent,
                       num_gpus=torch.cuda.device_count(), capacity_bytes=capacity, budget=args.budget,
-                      verify_pairs=args.verify_pairs)
+                      verify_pairs=args.verify_pairs, finalists=args.finalists)
     args.out.mkdir(parents=True, exist_ok=True)
     spec_path = write_spec(data, args.out / f"{data['name']}-{torch.cuda.device_count()}gpu.toml")
     rt, cdir, doctor = run_campaign(spec_path, args.out, proposer=args.proposer, budget=args.budget)
