@@ -115,8 +115,12 @@ class PlacementTrialActor:
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)).remote()
             for i in range(s.layout.num_nodes)]
         try:
-            endpoint = ray.get(actors[0].rendezvous_endpoint.remote())
-            node_ids = ray.get([a.node_id.remote() for a in actors])
+            try:
+                endpoint = ray.get(actors[0].rendezvous_endpoint.remote())
+                node_ids = ray.get([a.node_id.remote() for a in actors])
+            except ray.exceptions.RayActorError as exc:
+                return self._failed(req, f"a node was lost before the trial started: {type(exc).__name__}",
+                                    actor_died=True)
             refs = [a.run.remote(node_request(req, node_index=i, layout=s.layout, rdzv_endpoint=endpoint))
                     for i, a in enumerate(actors)]
             results: dict[int, TrialResult] = {}
