@@ -365,6 +365,7 @@ def _classify(req: TrialRequest, base: dict, w: _Watch, memory: _Memory, out: _J
              "reported_step_times_s": ([float(t) for t in reported_times]
                                        if all(isinstance(t, (int, float)) for t in reported_times) else []),
              "metrics_source": req.metrics.source, "num_metric_events": len(recorded.events),
+             "num_steps_reported": len(steps),
              "memory_gauge": "device" if memory.gauge is not None else "host_rss"}
     if memory.gauge is not None:
         extra["device_peak_bytes"] = w.device_peak_bytes
@@ -415,8 +416,8 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
         together = sum(1 for t in step_times if t <= 0)
         return TrialResult(**base, outcome=Outcome.CRASH, reason=(
             f"{together} of {len(step_times)} measured steps reached the harness at the same instant as the step "
-            "before: the job's output is buffered, so the harness cannot time its steps; flush after every step "
-            "(print(..., flush=True), python -u, or infrarsi.reporter)"))
+            "before, so the harness cannot time them: the job's output is buffered (flush after every step: "
+            "print(..., flush=True), python -u, or infrarsi.reporter), or its steps take no measurable time"))
     start = base["extra"]["start"]
     tokens = {int(e.get("tokens", start.get("tokens_per_step", -1))) for e, _ in steps}
     base.update(phases_s=_median_phases([e for e, _ in steps][req.warmup_steps:]))

@@ -14,7 +14,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from infrarsi.trial import Outcome, TrialResult
+
 NUM_MALFORMED_KEPT = 5
+PROTOCOL_HINT = (
+    "infrarsi reads a job's steps through the metrics protocol (README, 'The metrics protocol'): either the job "
+    "writes JSON lines to the file named by $INFRARSI_METRICS_FILE (infrarsi.reporter.Reporter, or the callbacks "
+    "infrarsi.integrations.hf / infrarsi.integrations.lightning), or the spec's [metrics] section sets "
+    "source = \"log\" and a step_pattern, and the log adapter reads the job's own output")
 
 
 @dataclass
@@ -79,3 +86,16 @@ class RecordedEvents:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def explain_baseline_failure(result: TrialResult) -> str:
+    """What doctor says when the baseline fails: a run that reported no step at all is
+    about the metrics protocol, not about memory or time limits."""
+    where = f"({result.outcome.value}: {result.reason}); log: {result.log_path}"
+    exited_cleanly = result.outcome is Outcome.CRASH and result.extra.get("returncode") == 0
+    if result.extra.get("num_steps_reported") == 0 and (exited_cleanly or result.outcome is Outcome.TIMEOUT):
+        tail = (" If the job is still starting up when the timeout ends it, raise budget.trial_timeout_s."
+                if result.outcome is Outcome.TIMEOUT else "")
+        return f"the baseline produced no metric lines in doctor {where}. {PROTOCOL_HINT}.{tail}"
+    return (f"the baseline config failed in doctor {where}. "
+            "Fix the baseline (or raise device.memory_capacity / budget.trial_timeout_s) before tuning")

@@ -38,7 +38,7 @@ def test_known_step_times_are_measured_exactly(tmp_path, via, step_ms, steps, to
     assert r.outcome is Outcome.OK, r.reason
     own = r.extra["reported_step_times_s"][2:]
     assert len(own) == len(r.step_times_s) == steps - 2
-    assert statistics.median(own) >= step_ms / 1000  # the job really took its steps
+    assert statistics.median(own) == pytest.approx(step_ms / 1000, rel=0.5)  # it ran at about its pace
     assert r.step_time_s == pytest.approx(statistics.median(own), rel=tolerance)
     assert r.step_time_s > 0 and r.tokens_per_step == 1024
     assert r.losses[:2] == pytest.approx((3.0, 2.99))
@@ -64,7 +64,7 @@ def test_a_job_that_opens_and_closes_the_metrics_file_per_line_is_read_whole(tmp
 def test_steps_that_arrive_together_are_never_recorded_as_zero_step_times(tmp_path):
     r = _clock_trial(tmp_path, 5, 12, "burst")
     assert r.outcome is Outcome.CRASH
-    assert "same instant" in r.reason and "flush after every step" in r.reason
+    assert "same instant" in r.reason and "output is buffered (flush after every step" in r.reason
     assert r.step_time_s is None and len(r.losses) == 12  # the evidence is kept
 
 
