@@ -217,6 +217,17 @@ def _watch(proc: subprocess.Popen, req: TrialRequest, memory: _Memory) -> _Watch
     return w
 
 
+def _job_env(req: TrialRequest, fifo_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_THREAD_VARS}
+    env.update(req.env)
+    if req.metrics.source == "jsonl":
+        env[METRICS_ENV] = str(fifo_path)
+    else:
+        env.pop(METRICS_ENV, None)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python job's log lines leave it as they are printed
+    return env
+
+
 def run_process_trial(req: TrialRequest) -> TrialResult:
     # Every attempt keeps its own folder: a retry never overwrites the evidence of the first.
     trial_dir = Path(req.trial_dir if req.attempt == 1 else f"{req.trial_dir}-a{req.attempt}")
@@ -230,13 +241,7 @@ def run_process_trial(req: TrialRequest) -> TrialResult:
     if changed:
         return TrialResult(**base, outcome=Outcome.CONTRACT_VIOLATION,
                            reason=f"locked files changed before the trial started: {changed}")
-    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_THREAD_VARS}
-    env.update(req.env)
-    if req.metrics.source == "jsonl":
-        env[METRICS_ENV] = str(fifo_path)
-    else:
-        env.pop(METRICS_ENV, None)
-        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python job's log lines leave it as they are printed
+    env = _job_env(req, fifo_path)
     memory = _memory(req, env)
     base["memory_capacity_bytes"] = memory.capacity_bytes
     # The sampler holds the GIL for milliseconds at a time (psutil walks /proc); a reader
