@@ -69,13 +69,16 @@ def test_steps_that_arrive_together_are_never_recorded_as_zero_step_times(tmp_pa
     assert r.step_time_s is None and len(r.losses) == 12  # the evidence is kept
 
 
-def test_the_gpt_jobs_step_times_are_the_harness_clock_not_a_poll(tmp_path):
-    """Each harness interval matches the job's own timer (workloads/gpt/metrics.py) to
-    within a few milliseconds of scheduling noise on a busy machine; stamps taken by a
-    20 ms poll would be off by ~6 ms on the median step and by up to 20 ms."""
+def test_the_gpt_jobs_step_times_come_from_the_readers_not_the_sampler(tmp_path, monkeypatch):
+    """With the memory sampler slowed to 4 Hz, a clock that came from the sampler would
+    quantise every step time to 250 ms (the launcher before this change: 71 ms median error); the readers
+    still match the job's own timer (workloads/gpt/metrics.py) to scheduling noise."""
+    import infrarsi.launcher
+
+    monkeypatch.setattr(infrarsi.launcher, "SAMPLE_INTERVAL_S", 0.25)
     r = run_tiny({"micro_batch": 8, "threads": 1}, tmp_path, "tiny", warmup_steps=1)
     assert r.outcome is Outcome.OK, r.reason
     own = r.extra["reported_step_times_s"][1:]
     errors = [abs(h - o) for h, o in zip(r.step_times_s, own)]
-    assert statistics.median(errors) < 0.004, (r.step_times_s, own)
+    assert statistics.median(errors) < 0.015, (r.step_times_s, own)
     assert min(r.step_times_s) > 0
