@@ -70,9 +70,9 @@ def test_steps_that_arrive_together_are_never_recorded_as_zero_step_times(tmp_pa
 
 
 def test_the_gpt_jobs_step_times_come_from_the_readers_not_the_sampler(tmp_path, monkeypatch):
-    """With the memory sampler slowed to 4 Hz, a clock that came from the sampler would
-    quantise every step time to 250 ms (the launcher before this change: 71 ms median error); the readers
-    still match the job's own timer (workloads/gpt/metrics.py) to scheduling noise."""
+    """With the sampler slowed to 4 Hz, a clock that came from it would quantise step times
+    to 250 ms (the poll-clocked launcher erred by 71 ms on the median step there); the
+    readers still match the job's own timer (workloads/gpt/metrics.py) to scheduling noise."""
     import infrarsi.launcher
 
     monkeypatch.setattr(infrarsi.launcher, "SAMPLE_INTERVAL_S", 0.25)
