@@ -83,5 +83,5 @@ def test_the_gpt_jobs_step_times_come_from_the_readers_not_the_sampler(tmp_path,
     assert r.outcome is Outcome.OK, r.reason
     own = r.extra["reported_step_times_s"][1:]
     errors = [abs(h - o) for h, o in zip(r.step_times_s, own)]
-    assert statistics.median(errors) < 0.015, (r.step_times_s, own)
+    assert statistics.median(errors) < 0.025, (r.step_times_s, own)
     assert min(r.step_times_s) > 0
