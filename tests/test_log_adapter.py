@@ -72,3 +72,12 @@ def test_output_that_makes_no_valid_metrics_is_a_crash_naming_the_spec_field(tmp
     assert r.outcome is Outcome.CRASH
     assert r.extra["returncode"] == 0
     assert __import__("re").search(reason, r.reason), r.reason
+
+
+def test_doctor_names_the_step_pattern_and_the_log_adapter_when_nothing_matched(tmp_path):
+    from infrarsi.metrics_events import explain_baseline_failure
+
+    message = explain_baseline_failure(_run(tmp_path, "--quiet"))
+    assert message.startswith("the baseline produced no metric lines in doctor")
+    assert "metrics.step_pattern" in message and "[0] training... 4.0000" in message and "log adapter" in message
+    assert "memory_capacity" not in message
