@@ -357,6 +357,8 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
     window = range(req.warmup_steps, req.num_steps)
     step_times = tuple(arrivals[s] - arrivals[s - 1] for s in window)
     median_s = statistics.median(step_times)
+    base["extra"]["foreign_load_cores"] = foreign_load_cores(w.cpu_samples, arrivals[req.warmup_steps - 1],
+                                                             arrivals[-1])
     if median_s <= 0:
         together = sum(1 for t in step_times if t <= 0)
         return TrialResult(**base, outcome=Outcome.CRASH, reason=(
@@ -366,8 +368,6 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
     start = base["extra"]["start"]
     tokens = {int(e.get("tokens", start.get("tokens_per_step", -1))) for e, _ in steps}
     base.update(phases_s=_median_phases([e for e, _ in steps][req.warmup_steps:]))
-    base["extra"]["foreign_load_cores"] = foreign_load_cores(w.cpu_samples, arrivals[req.warmup_steps - 1],
-                                                             arrivals[-1])
     startup_s = max(0.0, arrivals[req.warmup_steps - 1] - w.launched_at - req.warmup_steps * median_s)
     return TrialResult(**base, outcome=Outcome.OK, step_time_s=median_s, startup_s=startup_s,
                        step_times_s=step_times, tokens_per_step=tokens.pop() if len(tokens) == 1 else -1)

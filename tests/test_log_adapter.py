@@ -55,7 +55,7 @@ def test_a_printing_script_is_measured_unchanged(tmp_path):
     assert r.losses == pytest.approx([4.0 * 0.95 ** s for s in range(6)], abs=1e-4)
     assert r.eval_losses == pytest.approx([4.0 * 0.95 ** 2 + 0.1, 4.0 * 0.95 ** 5 + 0.1], abs=1e-4)
     assert r.tokens_per_step == 1024
-    assert 0.015 < r.step_time_s < 0.5 and min(r.step_times_s) > 0
+    assert 0.015 < r.step_time_s < 0.5
     assert "iter 5: loss" in Path(r.log_path).read_text()  # the job's output is kept in log.txt
 
 
