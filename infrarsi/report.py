@@ -70,6 +70,23 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
     }
 
 
+def campaign_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The summary as MLflow metrics for the parent run: step times, speedup and its
+    interval, trial counts by outcome (``trials/<outcome>``), seconds lost to failures,
+    and any other number the summary carries (an MFU, where known)."""
+    out = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if summary.get("speedup_ci"):
+        out["speedup_ci_low"], out["speedup_ci_high"] = map(float, summary["speedup_ci"])
+    out.update({f"trials/{k}": float(v) for k, v in summary.get("trials_by_outcome", {}).items()})
+    return out
+
+
+def summary_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
+    """The summary as a two-column table (field, value), e.g. for a Prefect table artifact."""
+    return [{"field": k, "value": json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)}
+            for k, v in summary.items()]
+
+
 def _plots(cdir: CampaignDir, trials: list[TrialResult], baseline_s: float | None, capacity: int | None) -> list[str]:
     import matplotlib
 

@@ -130,3 +130,13 @@ def baseline_observation(report: DoctorReport, capacity_bytes: int) -> TrialResu
                        step_time_s=report.step_time_s, losses=report.reference_losses,
                        peak_memory_bytes=report.peak_memory_bytes, memory_capacity_bytes=capacity_bytes,
                        tokens_per_step=report.tokens_per_step)
+
+
+def cached_doctor_trials(report: DoctorReport, capacity_bytes: int) -> list[TrialResult]:
+    """Doctor's baseline runs as trial results, for a campaign whose doctor came from the
+    cache (for MLflow: the runs were measured by the campaign that filled the cache)."""
+    return [TrialResult(trial_id=f"doctor-{i}", config=dict(report.baseline), role=Role.DOCTOR, outcome=Outcome.OK,
+                        step_time_s=step_time_s, losses=report.reference_losses,
+                        peak_memory_bytes=report.peak_memory_bytes, memory_capacity_bytes=capacity_bytes,
+                        tokens_per_step=report.tokens_per_step, extra={"cached_from": source})
+            for i, (source, step_time_s) in enumerate(zip(report.trial_ids, report.run_step_times_s), 1)]
