@@ -4,6 +4,7 @@ import os
 import tempfile
 
 import pytest
+from prefect_server import prefect_server  # noqa: F401  (a session fixture: a real server on loopback)
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
