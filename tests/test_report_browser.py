@@ -10,12 +10,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.ledger import Ledger
-from infrarsi.report import build_report
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
-from infrarsi.stages.doctor import run_doctor
-from infrarsi.stages.init import init_campaign
-from infrarsi.stages.search import finalists, run_search
-from infrarsi.stages.verify import run_verification
+from staged_campaign import run_staged
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium; "
@@ -63,21 +58,8 @@ class _Tables(HTMLParser):
 
 @pytest.fixture(scope="module")
 def campaign_dir(tmp_path_factory, ray_session):
-    """A small simulated campaign, run stage by stage on real Ray, with its report built."""
     tmp = tmp_path_factory.mktemp("report")
-    spec = tmp / "sim.toml"
-    spec.write_text('name = "sim-report"\nbackend = "sim"\nsim_workload = "dense-9b-h100"\n'
-                    '[budget]\nnum_trials = 6\nnum_finalists = 1\nverify_pairs = 2\n[search]\nproposer = "random"\n')
-    contract, cdir = init_campaign(spec, tmp / "out", options=None)
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}"))
-    try:
-        doctor = run_doctor(rt)
-        search = run_search(rt, doctor, proposer_name="random", num_trials=6)
-        run_verification(rt, doctor, finalists(search.trials, doctor, 1))
-    finally:
-        rt.close()
-    build_report(cdir.root)
-    return cdir
+    return run_staged(tmp, name="sim-report", proposer="random", store=f"sqlite:///{tmp / 'mlflow.db'}")
 
 
 def _chromium(*args: str) -> subprocess.CompletedProcess:
