@@ -13,6 +13,8 @@ from mlflow import MlflowClient
 from infrarsi.ledger import Ledger
 from prefect_server import stop
 
+pytestmark = pytest.mark.slow  # a server, a deploy, a worker and two flow-run processes
+
 SIM_SPEC = ('name = "sim-deploy"\nbackend = "sim"\nsim_workload = "dense-9b-h100"\n'
             '[budget]\nnum_trials = 4\nnum_finalists = 1\nverify_pairs = 2\n[search]\nproposer = "engine"\n')
 # A job whose baseline crashes: doctor stops the campaign after its MLflow run exists.
