@@ -14,10 +14,10 @@ from prefect.cache_policies import NO_CACHE
 
 from infrarsi.contract import Contract
 from infrarsi.errors import TrialInfrastructureError
+from infrarsi.options import CampaignOptions
 from infrarsi.report import build_report
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.apply import run_apply
-from infrarsi.options import CampaignOptions
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor, cached_doctor_trials, run_doctor
 from infrarsi.stages.init import start_campaign
 from infrarsi.stages.search import SearchOutcome, finalists, run_search
