@@ -5,6 +5,7 @@ import tempfile
 
 import pytest
 from prefect_server import prefect_server  # noqa: F401  (a session fixture: a real server on loopback)
+from staged_campaign import staged_campaigns  # noqa: F401  (a session fixture: two finished sim campaigns)
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -3,6 +3,8 @@ flow wires the stages, for tests of what reads a finished campaign (report, comp
 
 from pathlib import Path
 
+import pytest
+
 from infrarsi.report import build_report, campaign_metrics, summarize
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from infrarsi.stages.doctor import run_doctor
@@ -32,3 +34,13 @@ def run_staged(tmp: Path, *, name: str, proposer: str, store: str, num_trials: i
     finally:
         rt.close()
     return cdir
+
+
+@pytest.fixture(scope="session")
+def staged_campaigns(tmp_path_factory, ray_session):
+    """Two campaigns of two jobs and two proposers in one MLflow store: (store, [dirs])."""
+    tmp = tmp_path_factory.mktemp("staged")
+    store = f"sqlite:///{tmp / 'mlflow.db'}"
+    return store, [run_staged(tmp / "a", name="sim-dense", proposer="random", store=store),
+                   run_staged(tmp / "b", name="sim-moe", proposer="engine", store=store,
+                              sim_workload="moe-26b-a4b-h200")]

@@ -9,7 +9,6 @@ from html.parser import HTMLParser
 import pytest
 
 from infrarsi.ledger import Ledger
-from staged_campaign import run_staged
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium; "
@@ -56,9 +55,8 @@ class _Tables(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def campaign_dir(tmp_path_factory, ray_session):
-    tmp = tmp_path_factory.mktemp("report")
-    return run_staged(tmp, name="sim-report", proposer="random", store=f"sqlite:///{tmp / 'mlflow.db'}")
+def campaign_dir(staged_campaigns):
+    return staged_campaigns[1][0]
 
 
 def _chromium(*args: str) -> subprocess.CompletedProcess:
@@ -88,4 +86,4 @@ def test_the_report_loads_with_its_plots_and_every_trial(campaign_dir, tmp_path)
     shot = tmp_path / "report.png"
     out = _chromium(f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri())
     assert out.returncode == 0 and shot.stat().st_size > 10_000, out.stderr[-3000:]
-    assert re.search(r"<h1>infrarsi campaign <code>sim-report-", dom.stdout)
+    assert re.search(r"<h1>infrarsi campaign <code>sim-dense-", dom.stdout)
