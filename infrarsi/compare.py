@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi.adapters.tracking import campaign_runs, trial_runs
+from infrarsi.errors import InfrarsiError
 
 COLUMNS = (("campaign", "campaign_id"), ("job", "job"), ("hardware", "hardware"), ("proposer", "proposer"),
            ("budget", "budget"), ("status", "status"), ("baseline", "baseline_step_time_s"),
@@ -68,6 +69,9 @@ def compare(tracking_uri: str, *, job: str | None = None, hardware: str | None =
             plot_path: Path | None = None) -> tuple[list[dict[str, Any]], Path | None]:
     """The rows of every campaign in the store (filtered by job and by a substring of the
     hardware description or hash), and the best-so-far plot written to ``plot_path``."""
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
+        raise InfrarsiError(f"no MLflow store at {tracking_uri}: run a campaign first, or pass the store "
+                            "campaigns logged to with --tracking-uri")
     rows = []
     for run in campaign_runs(tracking_uri):
         row = campaign_row(run)

@@ -60,3 +60,9 @@ def test_trial_runs_carry_knobs_metrics_outcome_and_the_simulated_tag(store):
             assert run.data.metrics["step_time_s"] == pytest.approx(t.step_time_s)
         if t.peak_memory_bytes is not None:
             assert run.data.metrics["peak_memory_bytes"] == t.peak_memory_bytes
+
+
+def test_compare_without_a_store_says_what_to_do(tmp_path, capsys):
+    assert main(["compare", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"]) == 2
+    assert "run a campaign first" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists()
