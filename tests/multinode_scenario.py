@@ -18,23 +18,26 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NUM_STEPS = 40
-TINY_GPT = ("--flavour", "tiny", "--seq-len", "64", "--global-batch-tokens", "1024", "--steps", str(NUM_STEPS),
-            "--lr", "3e-3", "--micro-batch", "4", "--checkpointing", "none", "--attention", "naive", "--threads", "1")
+# The trial whose node is lost runs long enough that the loss surely lands mid-trial,
+# however fast the machine: removing a node takes seconds.
+NUM_STEPS_LONG = 400
+TINY_GPT = ("--flavour", "tiny", "--seq-len", "64", "--global-batch-tokens", "1024", "--lr", "3e-3",
+            "--micro-batch", "4", "--checkpointing", "none", "--attention", "naive", "--threads", "1")
 
 
 def say(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
-def request(out_dir: Path, trial_id: str):
+def request(out_dir: Path, trial_id: str, num_steps: int = NUM_STEPS):
     from infrarsi.launcher import TrialRequest
     from infrarsi.trial import Role
 
     argv = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-            "workloads/gpt/train.py", *TINY_GPT)
+            "workloads/gpt/train.py", *TINY_GPT, "--steps", str(num_steps))
     return TrialRequest(trial_id=trial_id, config={"nodes": 2}, role=Role.SEARCH, argv=argv, env={},
                         cwd=str(REPO_ROOT), trial_dir=str(out_dir / trial_id), memory_capacity_bytes=2**32,
-                        emulate_capacity=True, timeout_s=120, warmup_steps=2, num_steps=NUM_STEPS,
+                        emulate_capacity=True, timeout_s=240, warmup_steps=2, num_steps=num_steps,
                         devices_per_trial=2)
 
 
@@ -58,6 +61,26 @@ def kill_orphans(out_dir: Path) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
     return killed
+
+
+def kill_node(cluster, node) -> None:
+    """What losing a machine does: its raylet and every process under it die at once, the
+    trial's own process tree included (Ray alone would let a removed node's workers finish
+    their task, and the trial processes run in their own session)."""
+    import psutil
+
+    # Ray's workers on that node name its raylet socket on their command line.
+    socket_name = node._raylet_socket_name
+    doomed = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(socket_name in arg for arg in proc.info["cmdline"] or []):
+            doomed += [proc, *proc.children(recursive=True)]
+    for proc in doomed:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    cluster.remove_node(node, allow_graceful=False)
 
 
 def main(out_dir: Path) -> None:
@@ -87,13 +110,13 @@ def main(out_dir: Path) -> None:
         # bring up a replacement so the retry can be placed. (The head holds the driver and
         # the trial's coordinator; a real campaign loses worker nodes the same way.)
         say("t1 done")
-        pool.submit(request(out_dir, "t2"))
+        pool.submit(request(out_dir, "t2", NUM_STEPS_LONG))
         deadline = time.monotonic() + 90
         while not first_step_written(out_dir / "t2") and time.monotonic() < deadline:
             time.sleep(0.05)
         report["step_seen_before_kill"] = first_step_written(out_dir / "t2")
         report["killed_node_id"] = worker.node_id
-        cluster.remove_node(worker, allow_graceful=False)
+        kill_node(cluster, worker)
         say("worker removed")
         report["replacement_node_id"] = cluster.add_node(**node).node_id
         attempts = []
