@@ -63,7 +63,9 @@ def model_state_bytes(job: Job, c: Columns) -> np.ndarray:
     states = dense * per_param(c["dp"]) + experts * per_param(expert_dp(c))
     m = job.model
     layer = (m.attention_params + m.dense_mlp_params) / c["tp"] + m.expert_params / c["ep"]
-    gathered = np.where(z == 3, 2 * layer * (2 + 4), 0.0)  # two layers prefetched, bf16 + fp32 grad
+    # Two layers prefetched, bf16 + fp32 grad; a group of one rank has nothing to gather.
+    sharded = np.maximum(c["dp"], expert_dp(c)) > 1
+    gathered = np.where((z == 3) & sharded, 2 * layer * (2 + 4), 0.0)
     return states + gathered
 
 

@@ -84,12 +84,15 @@ class ModelShape:
         per_layer = self.attention_params + self.dense_mlp_params + experts
         return self.num_layers * per_layer + self.embedding_params
 
-    def flops_per_token(self, seq_len: int) -> float:
-        """Model FLOPs per trained token, as torchtitan and PaLM (App. B) count them for MFU:
-        ``6 * N_active`` (without the input-embedding lookup) plus ``12 * L * d_q * s``
-        for attention scores and values (non-causal count, the published convention)."""
+    def flops_per_token(self, seq_len: int, *, causal: bool = True) -> float:
+        """Model FLOPs per trained token for MFU: ``6 * N_active`` (without the input-embedding
+        lookup) plus attention scores and values, ``12 * L * d_q * s`` counted in full
+        (PaLM App. B, torchtitan) or ``6 * L * d_q * s`` with ``causal`` (only the unmasked
+        half is work: the convention of Megatron-LM's causal count and FlashAttention's
+        FLOP/s figures). The simulator reports causal MFU; calibration compares each
+        publication in its own convention."""
         n = self.num_active_params - self.vocab * self.hidden * (0 if self.tied_embeddings else 1)
-        return 6.0 * n + 12.0 * self.num_layers * self.q_dim * seq_len
+        return 6.0 * n + (6.0 if causal else 12.0) * self.num_layers * self.q_dim * seq_len
 
 
 _MODELS = {
