@@ -58,6 +58,7 @@ class InfraRSIProposer(Proposer):
         self.num_start = NUM_START_CONFIGS
         self.num_started = 0
         self.pairings: list[dict] = []
+        self._plan: list[int] | None = None
         self._stale = False
 
     # ---- fitting ---------------------------------------------------------------------
@@ -113,7 +114,14 @@ class InfraRSIProposer(Proposer):
         rows += self._model_rows(num_configs - len(rows), avail, rows)
         return [dict(self.space.feasible[i]) for i in rows]
 
-    def _start_rows(self, num_configs: int, avail: np.ndarray) -> list[int]:
+    def start_plan(self) -> list[Config]:
+        """The start configs as planned from the priors and what has run so far (the
+        baseline): what ``warm_start_configs`` hands to other proposers."""
+        if self._stale or not self.history:
+            self._refit()
+        return [dict(self.space.feasible[r]) for r in self._plan_rows(self.num_start, self._available())]
+
+    def _plan_rows(self, num_configs: int, avail: np.ndarray) -> list[int]:
         x = self.space.feasible_index_matrix
         # Start configs must clear the crash bar too: a crash among the first trials makes
         # the next prior-best config (often the same settings plus one) just as suspect.
@@ -122,13 +130,29 @@ class InfraRSIProposer(Proposer):
                                                      self.encoding.feasible_row) if avail[r]]
         prior_mean, _ = self.time_model.predict_main(self.encoding.feasible_main)
         p_fit = self.memory_model.fit_probability_main(self.encoding.feasible_main)
-        prior_rows = start.prior_best_rows(x, prior_mean, p_fit, avail, num_configs)
-        observed = ~self._available()
-        anchors = np.vstack([x[observed], np.array([self.encoding.baseline_indices])])
-        # Sequential callers ask for one config at a time: rotate the sources by the number
-        # of start configs already given, so that each source gets its turn.
-        return start.diverse_start(x, [exp_rows, prior_rows], anchors, avail, num_configs, self.rng,
-                                   first=self.num_started)
+        layout = start.layout_columns(self.space)
+        prior_rows = start.layout_diverse_rows(x, layout, prior_mean, avail & (p_fit >= FIT_BAR), num_configs,
+                                               np.array(self.encoding.baseline_indices))
+        out: list[int] = []
+        for r in exp_rows[:1] + prior_rows:
+            if r not in out and len(out) < num_configs:
+                out.append(r)
+        return out
+
+    def _start_rows(self, num_configs: int, avail: np.ndarray) -> list[int]:
+        """The next planned start configs that still clear both bars under the models as
+        they stand (a start config that OOMed or crashed moves the others' odds)."""
+        if self._plan is None:
+            self._plan = self._plan_rows(self.num_start, avail)
+        x = self.space.feasible_index_matrix
+        p_ok = self.crash_model.no_crash_probability(x)
+        p_fit = self.memory_model.fit_probability_main(self.encoding.feasible_main)
+        out = []
+        while self._plan and len(out) < num_configs:
+            r = self._plan.pop(0)
+            if avail[r] and p_ok[r] >= START_BAR and p_fit[r] >= FIT_BAR:
+                out.append(r)
+        return out
 
     def _log_scores(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         main = self.encoding.feasible_main
@@ -232,3 +256,11 @@ class InfraRSIProposer(Proposer):
             return None
         best = min(ok, key=lambda r: r.step_time_s)
         return {"trial_id": best.trial_id, "config": dict(best.config), "step_time_s": best.step_time_s}
+
+
+def warm_start_configs(ctx: SearchContext, baseline_result) -> list[Config]:
+    """The engine's start configs after observing only ``baseline_result``: the warm start
+    other proposers get (``SearchContext.extra["warm_start_configs"]``) for a fair comparison."""
+    engine = InfraRSIProposer(ctx)
+    engine.observe(baseline_result)
+    return engine.start_plan()

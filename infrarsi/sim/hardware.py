@@ -55,6 +55,10 @@ _HARDWARE = {
                  gpus_per_node=8, nvlink_bytes_per_s=360e9, network_bytes_per_s=45e9),
         Hardware(name="h200-141gb", peak_flops=989e12, memory_bytes=141 * 10**9, hbm_bytes_per_s=4.8e12,
                  gpus_per_node=8, nvlink_bytes_per_s=360e9, network_bytes_per_s=45e9),
+        # The same H100 node on a slower network: 8x200 Gb/s RoCE per node (25 GB/s per
+        # GPU raw, ~20 GB/s bus bandwidth), a common Ethernet build-out.
+        Hardware(name="h100-sxm-80gb-roce200", peak_flops=989e12, memory_bytes=80 * GiB, hbm_bytes_per_s=3.35e12,
+                 gpus_per_node=8, nvlink_bytes_per_s=360e9, network_bytes_per_s=20e9, network_latency_s=30e-6),
         Hardware(name="a100-80gb", peak_flops=312e12, memory_bytes=80 * GiB, hbm_bytes_per_s=2.04e12,
                  gpus_per_node=8, nvlink_bytes_per_s=230e9, network_bytes_per_s=22e9,
                  gemm_max=A100_GEMM_MAX, gemm_half_flops=2e9, flash_attention_efficiency=0.55),
