@@ -51,7 +51,7 @@ import numpy as np
 
 from infrarsi.sim import comm
 from infrarsi.sim.job import Columns, Job
-from infrarsi.sim.memory import expert_dp, params_per_rank
+from infrarsi.sim.memory import data_parallel_ranks, expert_dp, params_per_rank
 
 BUCKET_LATENCY_S = 30e-6
 STEP_FIXED_S = 5e-3          # data loading, host sync, logging
@@ -143,7 +143,7 @@ def step_time_s(job: Job, c: Columns, num_microbatches: np.ndarray) -> np.ndarra
     ovp = c["overlap_param_gather"].astype(bool)
     # Overlap contends for SMs and HBM only while a data-parallel collective runs: with no
     # data-parallel group (dp = 1 and no expert-data group) there is nothing to overlap.
-    has_dp_comm = np.maximum(c["dp"], expert_dp(c)) > 1
+    has_dp_comm = data_parallel_ranks(job, c) > 1
     compute_scale = np.where((ovg | ovp) & has_dp_comm, OVERLAP_SLOWDOWN, 1.0)
     fwd = layers * lt["fwd"] * compute_scale
     bwd = layers * lt["bwd"] * compute_scale
@@ -161,7 +161,7 @@ def step_time_s(job: Job, c: Columns, num_microbatches: np.ndarray) -> np.ndarra
         nbytes_d, nbytes_e = dense * bytes_per_param, experts * bytes_per_param
         n_buckets = np.ceil((nbytes_d + nbytes_e) / bucket)
         bw = fn(hw, nbytes_d, c["dp"], c["tp"]) + fn(hw, nbytes_e, edp, c["ep"])
-        latency = np.where(np.maximum(c["dp"], edp) > 1, n_buckets * BUCKET_LATENCY_S, 0.0)
+        latency = np.where(has_dp_comm, n_buckets * BUCKET_LATENCY_S, 0.0)
         frac = np.minimum(1.0, bucket / np.maximum(nbytes_d + nbytes_e, 1.0))
         return bw + latency, frac
 
