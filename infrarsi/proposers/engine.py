@@ -148,10 +148,13 @@ class InfraRSIProposer(Proposer):
         x = self.space.feasible_index_matrix
         p_ok = self.crash_model.no_crash_probability(x)
         p_fit = self.memory_model.fit_probability_main(self.encoding.feasible_main)
+        # The experience bank's configs ran on a similar job: the fit bar, a guess from
+        # priors, does not overrule them; the crash bar still does.
+        trusted = set(start.experience_rows(self.space, self.ctx.experience_configs, self.encoding.feasible_row))
         out = []
         while self._plan and len(out) < num_configs:
             r = self._plan.pop(0)
-            if avail[r] and p_ok[r] >= START_BAR and p_fit[r] >= FIT_BAR:
+            if avail[r] and p_ok[r] >= START_BAR and (p_fit[r] >= FIT_BAR or r in trusted):
                 out.append(r)
         return out
 
