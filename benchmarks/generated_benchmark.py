@@ -89,6 +89,9 @@ def markdown(split: str, oracles: dict, summary: dict, meta: dict) -> str:
              f"Command: `{meta['command']}`  ",
              f"Wall time: {meta['wall_s']:.0f} s on {meta['processes']} processes (a shared, loaded 2-core machine); "
              f"{len(oracles)} jobs x {meta['num_seeds']} seeds, sequential `suggest(1)`.", "",
+             *([f"**Partial:** {len(oracles)} of {meta['num_jobs_planned']} jobs had finished for every proposer "
+                "when these tables were made (`--summarise-only`); the wall time is that of the last invocation.", ""]
+               if len(oracles) < meta["num_jobs_planned"] else []),
              "Fraction of the oracle's speedup over every (job, seed) run; failed share = simulated trial time "
              "spent in OOMs and crashes over all trial time, pooled over runs.", ""]
     for b in meta["budgets"]:
@@ -123,23 +126,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--proposers", nargs="+", default=list(DEFAULT_PROPOSERS))
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--resume", action="store_true", help="keep the runs in OUT/runs.jsonl, run the rest")
+    ap.add_argument("--summarise-only", action="store_true",
+                    help="tables from the runs in OUT/runs.jsonl so far (jobs every proposer finished); runs nothing")
     args = ap.parse_args(argv)
     names = list(split_names(args.split))[: args.jobs]
+    num_planned = len(names)
     budget = max(args.budgets)
     tasks = [(p, w, s, budget) for w in names for s in range(args.seeds) for p in args.proposers]
+    args.out.mkdir(parents=True, exist_ok=True)
+    # Every finished run is appended here at once, so an interrupted run keeps its data and
+    # ``--resume`` runs only what is missing.
+    log = args.out / "runs.jsonl"
+    keep = args.resume or args.summarise_only
+    runs = [json.loads(line) for line in log.read_text().splitlines()] if keep and log.exists() else []
+    done = {(r["proposer"], r["workload"], r["seed"]) for r in runs}
+    tasks = [] if args.summarise_only else [t for t in tasks if t[:3] not in done]
+    if not keep:
+        log.write_text("")
     t0 = time.perf_counter()
-    if args.processes > 1:
-        with multiprocessing.get_context("fork").Pool(args.processes, initializer=_one_thread) as pool:
-            runs = list(pool.imap_unordered(run_one, tasks, chunksize=1))
-    else:
-        runs = [run_one(t) for t in tasks]
+    with log.open("a") as sink:
+        if args.processes > 1:
+            with multiprocessing.get_context("fork").Pool(args.processes, initializer=_one_thread) as pool:
+                for run in pool.imap_unordered(run_one, tasks, chunksize=1):
+                    runs.append(run)
+                    sink.write(json.dumps(run, default=str) + "\n")
+                    sink.flush()
+        else:
+            for t in tasks:
+                runs.append(run_one(t))
+                sink.write(json.dumps(runs[-1], default=str) + "\n")
+    if args.summarise_only:  # only jobs every proposer has finished, for a fair table
+        names = [n for n in names
+                 if all(sum(r["workload"] == n and r["proposer"] == p for r in runs) == args.seeds
+                        for p in args.proposers)]
+        runs = [r for r in runs if r["workload"] in names and r["proposer"] in args.proposers]
     runs.sort(key=lambda r: (r["workload"], r["proposer"], r["seed"]))
     oracles = _oracles(names)
     summary = summarise(runs, oracles, sorted(args.budgets))
     meta = {"command": "python benchmarks/generated_benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "wall_s": time.perf_counter() - t0, "processes": args.processes, "num_seeds": args.seeds,
-            "budgets": sorted(args.budgets), "split": args.split, "proposers": args.proposers, "given": GIVEN}
-    args.out.mkdir(parents=True, exist_ok=True)
+            "budgets": sorted(args.budgets), "split": args.split, "num_jobs_planned": num_planned, "proposers": args.proposers, "given": GIVEN}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "oracles": oracles, **summary}, indent=1,
                                                       default=str))
     text = markdown(args.split, oracles, summary, meta)
