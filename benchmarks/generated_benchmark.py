@@ -32,7 +32,7 @@ from infrarsi.sim.generator import split_names  # noqa: E402
 DEFAULT_PROPOSERS = ("engine", "tpe+warm", "tpe", "random")
 # What each proposer is given, for the tables.
 GIVEN = {
-    "engine": "built-in priors; its own start (one config per layout)",
+    "engine": "built-in priors; its own start (prior-best and space-filling configs)",
     "tpe+warm": "the engine's start configs enqueued; no priors (TPE takes none)",
     "gp+warm": "the engine's start configs enqueued; no priors (GP takes none)",
     "tpe": "nothing: 5 random start trials",

@@ -91,34 +91,3 @@ def diverse_start(index_matrix: np.ndarray, sources: list[list[int]], anchors: n
         if len(out) == before:
             break
     return out
-
-
-# Knobs that make a config's *layout*: how the model is split and sharded over devices and
-# what it keeps in memory. Two configs of different layouts sit in different basins: the
-# flags that are best in one are not the ones that fit in the other.
-LAYOUT_KNOBS = ("tp", "pp", "dp", "ep", "cp", "zero", "zero_stage", "fsdp", "fsdp_stage", "recompute",
-                "checkpointing", "activation_checkpointing", "nproc")
-
-
-def layout_columns(space: KnobSpace) -> list[int]:
-    return [k for k, knob in enumerate(space.knobs) if knob.name in LAYOUT_KNOBS]
-
-
-def layout_diverse_rows(index_matrix: np.ndarray, layout: list[int], log_time: np.ndarray, candidates: np.ndarray,
-                        num_configs: int, baseline: np.ndarray, min_layout_distance: int = 2) -> list[int]:
-    """The predicted-fastest candidate, then the predicted-fastest candidate of each layout
-    that differs from the baseline's and from every layout picked so far in at least
-    ``min_layout_distance`` layout knobs: one probe per basin, not a walk around one.
-    Without layout knobs in the space, the distance is taken over all knobs."""
-    cols = layout or list(range(index_matrix.shape[1]))
-    keys = index_matrix[:, cols]
-    taken = [baseline[cols]]
-    out: list[int] = []
-    for r in np.argsort(np.where(candidates, log_time, np.inf), kind="stable"):
-        if len(out) == num_configs or not candidates[r]:
-            break
-        distance = min(int((keys[r] != t).sum()) for t in taken)
-        if not out or distance >= min_layout_distance:
-            out.append(int(r))
-            taken.append(keys[r])
-    return out

@@ -1,4 +1,4 @@
-"""The InfraRSI engine as a proposer: a start across layouts, then model-based selection.
+"""The InfraRSI engine as a proposer: diverse start, then model-based selection.
 
 After every result it refits the global time model (ok trials), the censored memory model
 (ok trials and OOMs) and the crash model (ok trials and crashes), then scores every unseen
@@ -27,28 +27,21 @@ from infrarsi.priors import Priors
 from infrarsi.proposers.base import Proposer, SearchContext
 from infrarsi.trial import Outcome
 
-# Start configs before the models lead: the predicted-best config of up to this many
-# structurally different layouts (``start.layout_diverse_rows``), experience first.
+# One config per start source (experience, priors, space-filling) before the models lead.
 NUM_START_CONFIGS = 3
 # Constrained acquisition: only configs likely to fit and to start (each constraint on
 # its own) are candidates; EI x P(fit) x P(no crash) ranks them. Multiplying alone lets a
 # huge EI outweigh a small P(fit): an OOM says little about its neighbours (a censored
 # point far past the wall has almost no curvature), and a region that never runs keeps
-# its optimistic prior time, so the product keeps paying for failures there. Both bars
-# were tuned on the generated development split only (``infrarsi.sim.generator``,
-# engine alone, one seed per job, 20 trials): at 0.6 / 0.5 (the bars tuned earlier on the
-# four paper-like workloads) the median, worst decile and mean fraction of the oracle
-# were 0.936 / 0.685 / 0.860 with 19.7% of trial time lost to failures; at 0.7 / 0.7 they
-# were 0.938 / 0.717 / 0.903 with 18.3%. The product decides only when no config clears
-# both bars.
-FIT_BAR = 0.7
-START_BAR = 0.7
-# Trials on CPU (``SearchContext.on_cpu``) keep the earlier bars: on the measured CPU
-# landscape (the only real-trial data, and in-sample: the CPU priors were tuned on it),
-# 20 replayed seeds with the start across layouts gave the engine a median of 3.22x
-# (0.981 of the best config) at 0.6 / 0.5 and 2.59x (0.790) at 0.7 / 0.7.
-CPU_FIT_BAR = 0.6
-CPU_START_BAR = 0.5
+# its optimistic prior time, so the product keeps paying for failures there. Requiring
+# P(fit) >= 0.6 bounds the expected OOM rate of model-chosen trials by 40% even at the
+# wall, where EI is largest once the incumbent plateaus (0.5 still lost a trial in two
+# there; 0.7 rarely reached configs at the wall, where the optima sit). The crash bar is a coin flip:
+# the crash model learns from each crash (blame on the units no ok run has cleared), and a
+# stricter bar would keep it from ever clearing a setting such as compile. The product
+# decides only when no config clears both bars.
+FIT_BAR = 0.6
+START_BAR = 0.5
 
 
 class InfraRSIProposer(Proposer):
@@ -63,10 +56,8 @@ class InfraRSIProposer(Proposer):
         self.memory_model = MemoryModel(self.encoding, self.priors, ctx.memory_capacity_bytes)
         self.crash_model = CrashModel(ctx.space)
         self.num_start = NUM_START_CONFIGS
-        self.fit_bar, self.start_bar = (CPU_FIT_BAR, CPU_START_BAR) if ctx.on_cpu else (FIT_BAR, START_BAR)
         self.num_started = 0
         self.pairings: list[dict] = []
-        self._plan: list[int] | None = None
         self._stale = False
 
     # ---- fitting ---------------------------------------------------------------------
@@ -122,48 +113,22 @@ class InfraRSIProposer(Proposer):
         rows += self._model_rows(num_configs - len(rows), avail, rows)
         return [dict(self.space.feasible[i]) for i in rows]
 
-    def start_plan(self) -> list[Config]:
-        """The start configs as planned from the priors and what has run so far (the
-        baseline): what ``warm_start_configs`` hands to other proposers."""
-        if self._stale or not self.history:
-            self._refit()
-        return [dict(self.space.feasible[r]) for r in self._plan_rows(self.num_start, self._available())]
-
-    def _plan_rows(self, num_configs: int, avail: np.ndarray) -> list[int]:
+    def _start_rows(self, num_configs: int, avail: np.ndarray) -> list[int]:
         x = self.space.feasible_index_matrix
         # Start configs must clear the crash bar too: a crash among the first trials makes
         # the next prior-best config (often the same settings plus one) just as suspect.
-        avail = avail & (self.crash_model.no_crash_probability(x) >= self.start_bar)
+        avail = avail & (self.crash_model.no_crash_probability(x) >= START_BAR)
         exp_rows = [r for r in start.experience_rows(self.space, self.ctx.experience_configs,
                                                      self.encoding.feasible_row) if avail[r]]
         prior_mean, _ = self.time_model.predict_main(self.encoding.feasible_main)
         p_fit = self.memory_model.fit_probability_main(self.encoding.feasible_main)
-        layout = start.layout_columns(self.space)
-        prior_rows = start.layout_diverse_rows(x, layout, prior_mean, avail & (p_fit >= self.fit_bar), num_configs,
-                                               np.array(self.encoding.baseline_indices))
-        out: list[int] = []
-        for r in exp_rows[:1] + prior_rows:
-            if r not in out and len(out) < num_configs:
-                out.append(r)
-        return out
-
-    def _start_rows(self, num_configs: int, avail: np.ndarray) -> list[int]:
-        """The next planned start configs that still clear both bars under the models as
-        they stand (a start config that OOMed or crashed moves the others' odds)."""
-        if self._plan is None:
-            self._plan = self._plan_rows(self.num_start, avail)
-        x = self.space.feasible_index_matrix
-        p_ok = self.crash_model.no_crash_probability(x)
-        p_fit = self.memory_model.fit_probability_main(self.encoding.feasible_main)
-        # The experience bank's configs ran on a similar job: the fit bar, a guess from
-        # priors, does not overrule them; the crash bar still does.
-        trusted = set(start.experience_rows(self.space, self.ctx.experience_configs, self.encoding.feasible_row))
-        out = []
-        while self._plan and len(out) < num_configs:
-            r = self._plan.pop(0)
-            if avail[r] and p_ok[r] >= self.start_bar and (p_fit[r] >= self.fit_bar or r in trusted):
-                out.append(r)
-        return out
+        prior_rows = start.prior_best_rows(x, prior_mean, p_fit, avail, num_configs)
+        observed = ~self._available()
+        anchors = np.vstack([x[observed], np.array([self.encoding.baseline_indices])])
+        # Sequential callers ask for one config at a time: rotate the sources by the number
+        # of start configs already given, so that each source gets its turn.
+        return start.diverse_start(x, [exp_rows, prior_rows], anchors, avail, num_configs, self.rng,
+                                   first=self.num_started)
 
     def _log_scores(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         main = self.encoding.feasible_main
@@ -191,7 +156,7 @@ class InfraRSIProposer(Proposer):
             picks.append(paired)
             avail = avail.copy()
             avail[paired] = False
-        likely = avail & (p_fit >= self.fit_bar) & (p_ok >= self.start_bar)
+        likely = avail & (p_fit >= FIT_BAR) & (p_ok >= START_BAR)
         x = self.space.feasible_index_matrix
         picks += pick_diverse(x, log_score, likely, num_configs - len(picks), chosen + picks)
         # Only when too few configs clear the bars does the product rank the rest.
@@ -202,19 +167,19 @@ class InfraRSIProposer(Proposer):
         """The explicit memory-saver pairing for the predicted-fastest config, if it OOMs."""
         if not self.memory_model.capacity_bytes or self.memory_model.num_observations == 0:
             return None
-        candidates = avail & (p_ok >= self.start_bar)
+        candidates = avail & (p_ok >= START_BAR)
         if not candidates.any():
             return None
         fast = int(np.argmin(np.where(candidates, mean, np.inf)))
-        if p_fit[fast] >= self.fit_bar:
+        if p_fit[fast] >= FIT_BAR:
             return None
         idx, record = pair_with_savers(self.space, self.space.feasible_index_matrix[fast], self.effects(),
-                                       self._log_peak, self._fit_probability, target=self.fit_bar)
+                                       self._log_peak, self._fit_probability, target=FIT_BAR)
         if idx is None:
             return None
         row = self.encoding.feasible_row.get(self.space.key(self.space.from_indices(idx)))
         # The savers may bring in a setting the crash model distrusts: same bar as any pick.
-        if row is None or not avail[row] or p_ok[row] < self.start_bar:
+        if row is None or not avail[row] or p_ok[row] < START_BAR:
             return None
         record["round"] = len(self.history)
         self.pairings.append(record)
@@ -270,8 +235,10 @@ class InfraRSIProposer(Proposer):
 
 
 def warm_start_configs(ctx: SearchContext, baseline_result) -> list[Config]:
-    """The engine's start configs after observing only ``baseline_result``: the warm start
-    other proposers get (``SearchContext.extra["warm_start_configs"]``) for a fair comparison."""
+    """The engine's start configs after observing only ``baseline_result`` (one batch of
+    ``NUM_START_CONFIGS``, one per start source): the warm start other proposers get
+    (``SearchContext.extra["warm_start_configs"]``) for a fair comparison. A sequential
+    engine asks the same sources in the same order, so its first config is the first of these."""
     engine = InfraRSIProposer(ctx)
     engine.observe(baseline_result)
-    return engine.start_plan()
+    return engine.suggest(NUM_START_CONFIGS)
