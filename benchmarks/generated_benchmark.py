@@ -88,7 +88,9 @@ def markdown(split: str, oracles: dict, summary: dict, meta: dict) -> str:
     lines = [f"# Search benchmark on generated jobs: {split} split", "",
              f"Command: `{meta['command']}`  ",
              f"Wall time: {meta['wall_s']:.0f} s on {meta['processes']} processes (a shared, loaded 2-core machine); "
-             f"{len(oracles)} jobs x {meta['num_seeds']} seeds, sequential `suggest(1)`.", "",
+             f"{len(oracles)} jobs x {meta['num_seeds']} seeds, sequential `suggest(1)`."
+             + (" Resumed: the wall time is the last invocation's, runs logged earlier are not in it." if meta.get("resumed") else ""),
+             "",
              *([f"**Partial:** {len(oracles)} of {meta['num_jobs_planned']} jobs had finished for every proposer "
                 "when these tables were made (`--summarise-only`); the wall time is that of the last invocation.", ""]
                if len(oracles) < meta["num_jobs_planned"] else []),
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(runs, oracles, sorted(args.budgets))
     meta = {"command": "python benchmarks/generated_benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "wall_s": time.perf_counter() - t0, "processes": args.processes, "num_seeds": args.seeds,
-            "budgets": sorted(args.budgets), "split": args.split, "num_jobs_planned": num_planned, "proposers": args.proposers, "given": GIVEN}
+            "budgets": sorted(args.budgets), "split": args.split, "num_jobs_planned": num_planned, "resumed": bool(args.resume and done), "proposers": args.proposers, "given": GIVEN}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "oracles": oracles, **summary}, indent=1,
                                                       default=str))
     text = markdown(args.split, oracles, summary, meta)
