@@ -8,8 +8,8 @@ from prefect import flow
 
 from infrarsi.report import summarize
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
-from tasks.stages import (adopt_doctor_task, apply_task, doctor_task, init_task, report_task, search_task,
-                          verify_task)
+from tasks.stages import (adopt_doctor_task, apply_task, doctor_task, init_task, minimize_task, report_task,
+                          search_task, verify_task)
 
 
 @flow(name="infrarsi-campaign", log_prints=True)
@@ -26,7 +26,7 @@ def campaign(spec: str | None = None, out: str = "campaigns", budget: int | None
         doctor = doctor_task.with_options(refresh_cache=fresh_doctor or None)(rt)
         adopt_doctor_task(rt, doctor)
         search = search_task(rt, doctor, proposer or rt.spec.search.proposer, budget or rt.spec.budget.num_trials)
-        verification = verify_task(rt, doctor, search)
+        verification = minimize_task(rt, doctor, verify_task(rt, doctor, search))
         report_task(cdir)
         apply_task(rt, doctor, verification)
         report_task(cdir)  # again, so the report names the branch

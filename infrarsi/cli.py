@@ -54,6 +54,17 @@ def _progress(ledger: Path, total: int, stop: threading.Event) -> None:
     bar.close()
 
 
+def planned_trials(spec, budget: int | None) -> int:
+    """Trials the campaign will run when nothing fails: doctor's repeats and calibration,
+    the search, verification (one baseline run per round serves every finalist) and
+    minimization's leave-one-out rounds (at most one run per knob a winner can change).
+    Extra doctor repeats, re-measurements and a joint-drop confirmation grow the bar's total."""
+    b = spec.budget
+    verify = b.verify_pairs * (1 + b.num_finalists)
+    minimize = b.minimize_pairs * (2 + len(spec.space.knobs)) if b.minimize_pairs else 0
+    return (budget or b.num_trials) + b.doctor_repeats + len(spec.calibration) + verify + minimize
+
+
 def _campaign(args: argparse.Namespace) -> dict:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -66,8 +77,7 @@ def _campaign(args: argparse.Namespace) -> dict:
         spec = load_spec(args.spec or builtin_spec_path())  # fail fast, before Prefect or Ray start
         campaign_id = new_campaign_id(spec)
         root = Path(args.out) / campaign_id
-        total = (args.budget or spec.budget.num_trials) + spec.budget.doctor_repeats + len(spec.calibration) \
-            + 2 * spec.budget.num_finalists * spec.budget.verify_pairs
+        total = planned_trials(spec, args.budget)
     else:
         total = 0
     stop = threading.Event()
@@ -88,10 +98,24 @@ def _campaign(args: argparse.Namespace) -> dict:
 def _print_summary(summary: dict, as_json: bool) -> None:
     if summary.get("verified_speedup"):
         lo, hi = summary["speedup_ci"]
-        print(f"verified speedup {summary['verified_speedup']:.2f}x (90% CI {lo:.2f}-{hi:.2f}); "
+        what = "end to end" if summary.get("end_to_end_speedup") is not None else "per step"
+        print(f"verified speedup {summary['verified_speedup']:.2f}x {what} (90% CI {lo:.2f}-{hi:.2f}); "
               f"branch {summary['branch']}")
+        if summary.get("end_to_end_speedup") is not None:
+            print(f"per step {summary['step_speedup']:.2f}x; job of {summary['job_steps']:,.0f} steps")
+        for c in summary.get("promoted_changes") or []:
+            share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
+            print(f"  {c['knob']}: {c['from']} -> {c['to']}, contributes {share}")
+        for c in summary.get("dropped_changes") or []:
+            print(f"  dropped {c['knob']}={c['to']}: did not pay")
     else:
         print("no candidate passed verification; the baseline stands")
+    if summary.get("canary_effective") is False:
+        print(summary["canary_note"])
+    if summary.get("noise_estimate_weak"):
+        print("warning: doctor's noise estimate is weak (too few baseline runs)")
+    if summary.get("campaign_wall_s") is not None:
+        print(f"campaign wall time {summary['campaign_wall_s']:.0f} s")
     print(f"trials by outcome {summary['trials_by_outcome']}; failed-trial seconds {summary['failed_trial_seconds']}")
     print(f"report: {summary['report']}")
     if as_json:

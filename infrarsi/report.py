@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from infrarsi.ledger import Ledger
+from infrarsi.report_promotion import (contribution_lines, final_verification, noise_lines, promoted_verdict,
+                                       promotion_summary, result_lines, verification_lines)
 from infrarsi.trial import Outcome, Role, TrialResult
 from infrarsi.workspace import CampaignDir
 
@@ -50,11 +52,7 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
     contract = cdir.read_json(cdir.contract)
     trials = Ledger(cdir.ledger).trials()
     doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
-    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else None
-    promoted = None
-    if verification:
-        winners = [v for v in verification["verdicts"] if v["promoted"]]
-        promoted = max(winners, key=lambda v: v["speedup"]) if winners else None
+    promoted = promoted_verdict(final_verification(cdir))
     ok_search = [t for t in trials if t.role is Role.SEARCH and t.outcome is Outcome.OK]
     costs = cost_by_outcome(trials)
     apply = cdir.read_json(cdir.root / "apply.json") if (cdir.root / "apply.json").exists() else {}
@@ -72,7 +70,20 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "branch": apply.get("branch"), "commit": apply.get("commit"),
         "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.get("extra", {}).get("mlflow_parent_run_id"),
         "report": str(cdir.report_html),
+        "campaign_wall_s": _campaign_wall_s(cdir),
+        **promotion_summary(cdir),
     }
+
+
+def _campaign_wall_s(cdir: CampaignDir) -> float | None:
+    """Seconds from the contract's creation to the last ledger record."""
+    import datetime as dt
+
+    created = cdir.read_json(cdir.contract).get("created_at")
+    last = max((e["recorded_at"] for e in Ledger(cdir.ledger).events()), default=None)
+    if not created or last is None:
+        return None
+    return round(last - dt.datetime.fromisoformat(created).timestamp(), 1)
 
 
 def _plots(cdir: CampaignDir, trials: list[TrialResult], baseline_s: float | None, capacity: int | None) -> list[str]:
@@ -141,7 +152,7 @@ def render_markdown(cdir: CampaignDir) -> str:
     trials = Ledger(cdir.ledger).trials()
     doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
     search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
-    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else {"verdicts": []}
+    verification = final_verification(cdir) or {"verdicts": []}
     baseline = spec["baseline"]
     md = [f"# infrarsi campaign `{s['campaign_id']}`", "",
           f"Workload `{spec['name']}` ({spec['backend']} backend) on {contract['hardware'].get('cpu')}, "
@@ -153,15 +164,20 @@ def render_markdown(cdir: CampaignDir) -> str:
                f"paired A B A B against the baseline.", "",
                f"- promoted config: `{_diff(s['promoted_config'], baseline)}`",
                f"- branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "- branch: not staged"]
-    else:
+    elif verification["verdicts"]:
         md += ["No candidate was promoted: none cleared verification (see below). The baseline stands."]
+    else:
+        md += ["No candidate was promoted: no search trial beat the baseline by more than its noise. "
+               "The baseline stands."]
+    md += result_lines(s)
     md += [f"- baseline step time {_fmt_s(s['baseline_step_time_s'])}, best search trial {_fmt_s(s['best_step_time_s'])}",
            f"- trials by outcome: {s['trials_by_outcome']}; seconds spent on failed trials: {s['failed_trial_seconds']}",
            "", "## Doctor (baseline)", ""]
     if doctor:
         md += [f"- config: `{baseline}`",
                f"- median step time {_fmt_s(doctor['step_time_s'])} over runs {[_fmt_s(x) for x in doctor['run_step_times_s']]}",
-               f"- noise: between-run CV {doctor['noise_cv']:.2%}, within-run CV {doctor['within_run_cv']:.2%}",
+               *noise_lines(doctor, verification if verification["verdicts"] else None),
+               f"- start-up (launch to steady steps) {doctor.get('startup_s', 0.0):.2f} s",
                f"- peak memory {_fmt_bytes(doctor['peak_memory_bytes'])} (capacity {_fmt_bytes(spec['device']['memory_capacity'])})",
                f"- loss tolerance {doctor['loss_tolerance']:.2%} ({doctor['loss_tolerance_source']})",
                f"- phases (median per step): " + ", ".join(f"{k} {_fmt_s(v)}" for k, v in doctor["phases_s"].items()),
@@ -171,15 +187,13 @@ def render_markdown(cdir: CampaignDir) -> str:
     costs = cost_by_outcome(trials)
     md += ["## Cost by outcome", "", _table(["outcome", "trials", "wall s", "device s"],
            ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items()))), ""]
-    md += ["## Verification", "", _table(
-        ["config", "pairs", "speedup", "90% CI", "promoted", "why"],
-        ([_diff(v["config"], baseline), len(v["pairs"]), f"{v['speedup']:.3f}" if v["speedup"] else "-",
-          f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-", "yes" if v["promoted"] else "no",
-          v["reason"]] for v in verification["verdicts"])), ""]
+    md += contribution_lines(cdir)
+    md += verification_lines(verification, baseline)
     md += ["## Trials", "", _table(
-        ["trial", "role", "outcome", "step time", "peak memory", "config (vs baseline)", "reason"],
+        ["trial", "role", "outcome", "step time", "start-up", "wall", "peak memory", "config (vs baseline)", "reason"],
         ([t.trial_id + (f"#{t.attempt}" if t.attempt > 1 else ""), t.role.value, t.outcome.value,
-          _fmt_s(t.step_time_s), _fmt_bytes(t.peak_memory_bytes), _diff(dict(t.config), baseline), t.reason[:120]]
+          _fmt_s(t.step_time_s), "-" if t.startup_s is None else f"{t.startup_s:.2f} s", f"{t.wall_time_s:.1f} s",
+          _fmt_bytes(t.peak_memory_bytes), _diff(dict(t.config), baseline), t.reason[:120]]
          for t in trials)), ""]
     if search.get("describe"):
         md += ["## What the search learned", ""] + _describe_section(search["describe"])
