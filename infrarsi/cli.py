@@ -51,18 +51,24 @@ def _progress(ledger: Path, total: int, stop: threading.Event) -> None:
             bar.update(len(trials) - seen)
             bar.set_postfix_str(f"{last['role']} {last['outcome']}")
             seen = len(trials)
+    bar.total = seen  # what ran: fewer when finalists or changes to measure were fewer
+    bar.refresh()
     bar.close()
 
 
 def planned_trials(spec, budget: int | None) -> int:
-    """Trials the campaign will run when nothing fails: doctor's repeats and calibration,
-    the search, verification (one baseline run per round serves every finalist) and
-    minimization's leave-one-out rounds (at most one run per knob a winner can change).
-    Extra doctor repeats, re-measurements and a joint-drop confirmation grow the bar's total."""
+    """Trials the campaign runs at most when nothing fails: doctor's repeats (the extra
+    ones a weak noise estimate asks for included) and calibration, the search,
+    verification (one baseline run per round serves every finalist) and minimization's
+    leave-one-out rounds (at most one run per knob). Re-measurements and a joint-drop
+    confirmation grow the total as they happen; the bar ends at the count that ran."""
+    from infrarsi.noise import WEAK_BELOW_RUNS
+
     b = spec.budget
+    doctor = max(b.doctor_repeats, min(b.doctor_max_repeats, WEAK_BELOW_RUNS))
     verify = b.verify_pairs * (1 + b.num_finalists)
     minimize = b.minimize_pairs * (2 + len(spec.space.knobs)) if b.minimize_pairs else 0
-    return (budget or b.num_trials) + b.doctor_repeats + len(spec.calibration) + verify + minimize
+    return (budget or b.num_trials) + doctor + len(spec.calibration) + verify + minimize
 
 
 def _campaign(args: argparse.Namespace) -> dict:

@@ -11,6 +11,7 @@ noise is the larger of the two. Fewer than ``WEAK_BELOW_RUNS`` runs make a weak 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -47,8 +48,12 @@ def cv_upper_bound(sample_cv: float, num_runs: int, confidence: float = UPPER_BO
     """One-sided upper confidence bound of a CV estimated from ``num_runs`` runs (chi-square)."""
     if num_runs < 2:
         return sample_cv
-    dof = num_runs - 1
-    return sample_cv * math.sqrt(dof / stats.chi2.ppf(1 - confidence, dof))
+    return sample_cv * _chi2_factor(num_runs - 1, confidence)
+
+
+@functools.lru_cache(maxsize=None)
+def _chi2_factor(dof: int, confidence: float) -> float:
+    return math.sqrt(dof / stats.chi2.ppf(1 - confidence, dof))
 
 
 def estimate_noise(run_medians_s: Sequence[float], run_step_times_s: Sequence[Sequence[float]]) -> NoiseEstimate:
