@@ -108,8 +108,9 @@ def noise_lines(doctor: dict, verification: dict | None) -> list[str]:
                    "allowed no more); treat small speedups with care")
     if verification and verification.get("observed_noise_cv") is not None:
         seen = verification["observed_noise_cv"]
-        verdict = "above doctor's estimate: the floor was raised to it" if seen > n["noise_cv"] else "within it"
-        out.append(f"- the baseline's spread over the verification rounds: {seen:.2%} ({verdict})")
+        verdict = ("above doctor's estimate: that verdict's floor was raised to it" if seen > n["noise_cv"]
+                   else "within doctor's estimate")
+        out.append(f"- the largest per-run noise the verification pairs showed: {seen:.2%} ({verdict})")
     return out
 
 

@@ -30,7 +30,7 @@ def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", ob
     (work / "locked.txt").write_text("locked\n")
     lines = ['name = "fake"', 'workload_dir = "fake"', 'repository = "copy"',
              'command = ["{python}", "fake_workload.py", "--steps", "{num_steps}", "--seed", "{seed}", '
-             f'"--seed-mode", "{seed_mode}"]',
+             f'"--seed-mode", "{seed_mode}", "--sleep", "0.3"]',  # a sleep knob's flag comes later and wins
              "baseline = {" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in baseline.items()) + "}",
              f"calibration = {calibration}"]
     for name, values in knobs.items():

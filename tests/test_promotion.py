@@ -8,8 +8,8 @@ A and B runs taken moments apart share.
 import numpy as np
 import pytest
 
-from infrarsi.noise import cv, cv_upper_bound, estimate_noise
-from infrarsi.stages.verify import decide, paired_speedup
+from infrarsi.noise import cv_upper_bound, estimate_noise
+from infrarsi.stages.verify import decide, pair_noise, paired_speedup
 
 NUM_REPEATS = 2000
 NUM_PAIRS = 5  # the default budget.verify_pairs
@@ -66,8 +66,8 @@ def _zero_change_promotion_rate(run_cv: float, step_cv: float, seed: int, num_re
         drift = np.exp(np.cumsum(rng.normal(0, 0.05, NUM_PAIRS)))
         base = drift * rng.lognormal(0, run_cv, NUM_PAIRS)
         cand = drift * rng.lognormal(0, run_cv, NUM_PAIRS)
-        # verification's floor: doctor's estimate, raised to the baseline's spread over the rounds
-        floor = max(_doctor_floor(rng, run_cv, step_cv, 5), cv(list(base / drift)))
+        # verification's floor: doctor's estimate, raised to the noise the pairs show
+        floor = max(_doctor_floor(rng, run_cv, step_cv, 5), pair_noise(list(base), list(cand)))
         promoted += decide(list(base), list(cand), floor)[3]
     return promoted / num_repeats
 

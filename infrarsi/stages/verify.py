@@ -6,7 +6,7 @@ machine cancel in the ratio; one baseline run serves all finalists of its round.
 speedup is the geometric mean of the paired ratios; its interval is a two-sided 90% t
 interval on the log ratios, whose lower end is the one-sided 95% lower confidence bound.
 A finalist is promoted only if that bound clears 1 + the noise floor (doctor's estimate,
-raised to the baseline's own spread over the rounds where that is larger) and every one of
+raised to the per-run noise its own pairs show where that is larger) and every one of
 its runs keeps the loss trajectory (tests/test_promotion.py measures both error rates).
 With a declared job length the ratios are of whole-job times (start-up plus steps x step
 time), and the per-step speedup is reported beside them.
@@ -30,7 +30,6 @@ from scipy import stats
 
 from infrarsi.checks import LossReference, enforce
 from infrarsi.knobs import Config
-from infrarsi.noise import cv
 from infrarsi.objective import job_steps, run_time_s
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.doctor import DoctorReport
@@ -63,14 +62,15 @@ class Verdict:
     step_ci_high: float | None = None
     job_steps: float | None = None
     noise_floor: float | None = None  # the floor this verdict was held to
+    pair_noise_cv: float | None = None  # per-run noise its own pairs show (pair_noise)
 
 
 @dataclass(frozen=True, kw_only=True)
 class VerificationReport:
     verdicts: tuple[Verdict, ...]
-    noise_floor: float  # doctor's estimate, raised to the baseline's spread over the verification rounds
+    noise_floor: float  # doctor's estimate, raised to the largest per-run noise the pairs showed
     doctor_noise_cv: float | None = None
-    observed_noise_cv: float | None = None  # CV of the verification rounds' baseline step times
+    observed_noise_cv: float | None = None  # the largest of the verdicts' pair_noise_cv
     canary_effective: bool | None = None  # None: no baseline run to tell
     canary_note: str = ""
 
@@ -107,6 +107,14 @@ def paired_speedup(baseline_s: list[float], candidate_s: list[float]) -> tuple[f
     return math.exp(mean), math.exp(low), math.exp(high)
 
 
+def pair_noise(baseline_s: list[float], candidate_s: list[float]) -> float | None:
+    """The per-run noise a set of pairs shows: the spread of their log ratios over sqrt(2)
+    (each ratio carries the noise of two runs); slow drift, shared within a pair, cancels."""
+    if len(baseline_s) < 2:
+        return None
+    return statistics.stdev(math.log(b / c) for b, c in zip(baseline_s, candidate_s)) / math.sqrt(2)
+
+
 def decide(baseline_s: list[float], candidate_s: list[float], noise_floor: float) -> tuple[float, float, float, bool]:
     speedup, low, high = paired_speedup(baseline_s, candidate_s)
     return speedup, low, high, low > 1.0 + noise_floor
@@ -127,14 +135,17 @@ def paired_verdict(config: Mapping, source_trial_id: str, good: list[tuple[Trial
                    noise_floor: float, *, job_steps: float | None, seeds: tuple[int, ...],
                    problems: list[str]) -> Verdict:
     """The verdict on ``config`` from its ok (baseline run, candidate run) pairs: promoted
-    when the objective's lower bound clears 1 + ``noise_floor`` and nothing failed."""
+    when the objective's lower bound clears 1 + the floor (``noise_floor``, raised to the
+    noise these pairs show where that is larger) and nothing failed."""
+    seen = pair_noise([a.step_time_s for a, _ in good], [b.step_time_s for _, b in good])
+    noise_floor = max(noise_floor, seen or 0.0)
     common = dict(config=dict(config), source_trial_id=source_trial_id, canary_seeds=seeds,
                   pairs=tuple((a.trial_id, b.trial_id) for a, b in good),
                   baseline_times_s=tuple(a.step_time_s for a, _ in good),
                   candidate_times_s=tuple(b.step_time_s for _, b in good),
                   baseline_startups_s=tuple(a.startup_s or 0.0 for a, _ in good),
                   candidate_startups_s=tuple(b.startup_s or 0.0 for _, b in good),
-                  job_steps=job_steps, noise_floor=noise_floor)
+                  job_steps=job_steps, noise_floor=noise_floor, pair_noise_cv=seen)
     if problems or len(good) < 2:
         return Verdict(**common, speedup=None, ci_low=None, ci_high=None, promoted=False,
                        reason="a verification run failed: " + "; ".join(problems) if problems
@@ -199,14 +210,13 @@ def run_verification(rt: CampaignRuntime, doctor: DoctorReport, candidates: list
         return VerificationReport.from_json(rt.cdir.read_json(rt.cdir.verification))
     rounds = _rounds(rt, doctor, candidates)
     baselines = list({a.trial_id: a for ps in rounds for a, _ in ps}.values())
-    ok_times = [a.step_time_s for a in baselines if a.outcome is Outcome.OK]
-    observed = cv(ok_times) if len(ok_times) >= 2 else None
-    noise_floor = max(doctor.noise_cv, observed or 0.0)
     steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
     effective, note = canary_check(doctor, baselines)
-    report = VerificationReport(verdicts=tuple(_verdict(f, ps, noise_floor, rt.spec.contract.seed, job_steps=steps)
-                                                for f, ps in zip(candidates, rounds)),
-                                noise_floor=noise_floor, doctor_noise_cv=doctor.noise_cv, observed_noise_cv=observed,
+    verdicts = tuple(_verdict(f, ps, doctor.noise_cv, rt.spec.contract.seed, job_steps=steps)
+                     for f, ps in zip(candidates, rounds))
+    observed = max((v.pair_noise_cv for v in verdicts if v.pair_noise_cv is not None), default=None)
+    report = VerificationReport(verdicts=verdicts, noise_floor=max(doctor.noise_cv, observed or 0.0),
+                                doctor_noise_cv=doctor.noise_cv, observed_noise_cv=observed,
                                 canary_effective=effective, canary_note=note)
     rt.cdir.write_json(rt.cdir.verification, report.to_json())
     return report
