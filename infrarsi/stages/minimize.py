@@ -27,8 +27,7 @@ from infrarsi.knobs import Config, Value
 from infrarsi.objective import job_steps, run_time_s
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.doctor import DoctorReport
-from infrarsi.stages.verify import (VerificationReport, Verdict, paired_speedup, paired_verdict,
-                                    verdict_from_json)
+from infrarsi.stages.verify import VerificationReport, Verdict, paired_speedup, paired_verdict
 from infrarsi.trial import Outcome, Role, TrialResult
 
 SEED_OFFSET = 2000  # canary seeds of minimization rounds: contract seed + 2000 + round
@@ -202,8 +201,9 @@ def _choose(rt: CampaignRuntime, doctor: DoctorReport, replay: _Replay, winner: 
             if verdict.promoted and job is not None and job[0] <= 1.0 + floor:
                 return verdict, tuple(c.knob for c in drop), "dropped every change that did not pay"
     if single.promoted:
-        return single, (drop[0].knob,), "dropped the change that paid least (dropping all together was not confirmed)" \
-            if len(drop) >= 2 else "dropped the change that did not pay"
+        how = "the change that paid least (dropping all together was not confirmed)" if len(drop) >= 2 else \
+            "the change that did not pay"
+        return single, (drop[0].knob,), f"dropped {how}"
     return None, (), "the smaller config did not clear promotion on its own pairs: the winner stands"
 
 
@@ -238,14 +238,15 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     minimal, dropped = None, ()
     if winner is None:
         note = "nothing was promoted: nothing to minimize"
-    elif len(changes) == 1 or rt.spec.budget.minimize_pairs == 0:
-        note = ("one change: its contribution is the verified speedup" if len(changes) == 1
-                else "budget.minimize_pairs = 0: the winner is promoted as verified")
+    elif rt.spec.budget.minimize_pairs == 0:
+        note = "budget.minimize_pairs = 0: the winner is promoted as verified"
+    elif len(changes) == 1:
+        note = "one change: its contribution is the verified speedup"
+        (k, v), = changes.items()
         contributions = [Contribution(knob=k, baseline_value=doctor.baseline[k], value=v, contribution=winner.speedup,
                                       ci_low=winner.ci_low, ci_high=winner.ci_high,
                                       step_contribution=winner.step_speedup, pairs=winner.pairs,
-                                      note="measured with the other changes" if len(changes) > 1 else "")
-                         for k, v in changes.items()] if len(changes) == 1 else []
+                                      note="its verification against the baseline")]
     else:
         contributions, by_key = _leave_one_out(rt, doctor, replay, winner, changes, steps, floor)
         minimal, dropped, note = _choose(rt, doctor, replay, winner, contributions, by_key, steps, floor)
