@@ -169,7 +169,8 @@ def _leave_one_out(rt: CampaignRuntime, doctor: DoctorReport, replay: _Replay, w
                                     pairs=tuple(pairs), note=why))
             continue
         pays = job[0] > 1.0 + floor or bool(failed)
-        note = "" if pays else f"within the noise floor {floor:.3f}: does not pay"
+        note = ("" if pays else f"within the noise floor {floor:.3f}: does not pay" if job[0] >= 1.0 - floor
+                else f"costs more than it saves: without it {1 / job[0]:.3f}x faster")
         out.append(Contribution(**common, contribution=job[0], ci_low=job[1], ci_high=job[2],
                                 step_contribution=step[0], pairs=tuple(pairs), kept=pays, note=note))
     return out, by_key
