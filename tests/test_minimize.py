@@ -124,7 +124,7 @@ def test_a_compile_like_change_is_promoted_only_when_its_start_up_is_repaid(tmp_
     about 7 steps of the fast config's 0.15 s, so a 10-step job is better off without it."""
     spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15], "compile": ["off", "on"]},
                  baseline={"sleep": 0.3, "compile": "off"}, objective=f"[objective]\njob_steps = {job_steps}",
-                 seed_mode="use", minimize_pairs=2, doctor_max_repeats=3)
+                 seed_mode="use", minimize_pairs=3, doctor_max_repeats=3)
     rt, doctor, verification, final = _campaign(tmp_path, spec, {"sleep": 0.15, "compile": "on"})
     winner = verification.promoted
     assert winner.step_speedup > 3  # per step, compile on wins either way
