@@ -126,10 +126,21 @@ def foreign_load_cores(samples: list[tuple[float, float, float]], start: float, 
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
+    """Kill the job's session and every descendant: torchrun starts each worker in a
+    session of its own, which a signal to the job's process group would miss."""
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for p in descendants:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def _tail(path: Path, num_chars: int = 4000) -> str:
@@ -385,6 +396,7 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
     startup_s = max(0.0, arrivals[req.warmup_steps - 1] - w.launched_at - req.warmup_steps * median_s)
     return TrialResult(**base, outcome=Outcome.OK, step_time_s=median_s, startup_s=startup_s,
                        step_times_s=step_times, tokens_per_step=tokens.pop() if len(tokens) == 1 else -1)
+
 
 def _median_phases(events: list[dict]) -> dict[str, float]:
     keys = {k for e in events for k in (e.get("phases") or {})}
