@@ -28,6 +28,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--fresh-doctor", action="store_true", help="re-measure the baseline even if cached")
     c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    i = sub.add_parser("init", help="write a starting spec from the command that launches your job",
+                       usage="infrarsi init [-o SPEC] [--no-dry-run] -- python train.py --batch_size=12 ...")
+    i.add_argument("-o", "--output", default="campaign.toml", help="spec to write (default: ./campaign.toml)")
+    i.add_argument("--name", help="campaign name (default: the script's name)")
+    i.add_argument("--no-dry-run", action="store_true", help="do not run the job to guess its log lines")
+    i.add_argument("--dry-run-timeout", type=float, default=120.0, help="seconds the dry run may take")
+    i.add_argument("--force", action="store_true", help="overwrite an existing spec")
+    i.add_argument("job", nargs=argparse.REMAINDER, help="the launch command, after --")
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
     r.add_argument("dir")
     r.add_argument("--json", action="store_true")
@@ -85,6 +93,16 @@ def _campaign(args: argparse.Namespace) -> dict:
             bar.join()
 
 
+def _init(args: argparse.Namespace) -> int:
+    from infrarsi.init_spec import init_spec
+
+    job = args.job[1:] if args.job[:1] == ["--"] else args.job
+    path = init_spec(job, cwd=Path.cwd(), out_path=Path(args.output), name=args.name, force=args.force,
+                     run_job=not args.no_dry_run, dry_run_timeout_s=args.dry_run_timeout)
+    print(f"wrote {path}: check the lines marked CONFIRM, then run: infrarsi campaign {args.output}")
+    return 0
+
+
 def _print_summary(summary: dict, as_json: bool) -> None:
     if summary.get("verified_speedup"):
         lo, hi = summary["speedup_ci"]
@@ -101,6 +119,8 @@ def _print_summary(summary: dict, as_json: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "init":
+            return _init(args)
         if args.command == "campaign":
             summary = _campaign(args)
         else:
