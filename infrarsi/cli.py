@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -62,6 +63,29 @@ def _progress(ledger: Path, total: int, stop: threading.Event) -> None:
     bar.close()
 
 
+@contextlib.contextmanager
+def _console_logs_to(path: Path):
+    """While the flow runs, what Prefect would print on the console (run logs, a failed
+    stage's traceback) goes to ``path``; the CLI prints the error's message itself."""
+    import logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    consoles = [h for h in logging.root.handlers if isinstance(h, logging.StreamHandler)
+                and not isinstance(h, logging.FileHandler)]
+    for h in consoles:
+        logging.root.removeHandler(h)
+    logging.root.addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.root.removeHandler(handler)
+        handler.close()
+        for h in consoles:
+            logging.root.addHandler(h)
+
+
 def _campaign(args: argparse.Namespace) -> dict:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -83,10 +107,16 @@ def _campaign(args: argparse.Namespace) -> dict:
     if not args.no_progress:
         bar = threading.Thread(target=_progress, args=(root / "ledger.jsonl", total, stop), daemon=True)
         bar.start()
+    log_path = root / "prefect.log"
     try:
-        return campaign(spec=args.spec, out=args.out, budget=args.budget, proposer=args.proposer,
-                        campaign_id=campaign_id, resume=args.resume, ray_address=args.ray_address,
-                        tracking_uri=args.tracking_uri, concurrency=args.concurrency, fresh_doctor=args.fresh_doctor)
+        with _console_logs_to(log_path):
+            return campaign(spec=args.spec, out=args.out, budget=args.budget, proposer=args.proposer,
+                            campaign_id=campaign_id, resume=args.resume, ray_address=args.ray_address,
+                            tracking_uri=args.tracking_uri, concurrency=args.concurrency,
+                            fresh_doctor=args.fresh_doctor)
+    except InfrarsiError as exc:
+        exc.add_note(f"(the stage's traceback is in {log_path})")
+        raise
     finally:
         stop.set()
         if bar:
@@ -130,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             build_report(args.dir)
             summary = summarize(CampaignDir(Path(args.dir).resolve()))
     except InfrarsiError as exc:
-        print(f"infrarsi: error: {exc}", file=sys.stderr)
+        print(" ".join([f"infrarsi: error: {exc}", *getattr(exc, "__notes__", [])]), file=sys.stderr)
         return 2
     _print_summary(summary, args.json)
     return 0
