@@ -74,7 +74,8 @@ class CampaignRuntime:
             emulate_capacity=self.spec.device.emulate_capacity, timeout_s=self.spec.budget.trial_timeout_s,
             warmup_steps=c.warmup_steps, num_steps=c.num_steps, locked_hashes=dict(self.contract.locked_hashes),
             devices_per_trial=res.gpus_per_trial or res.cpus_per_trial, backend=self.spec.backend,
-            sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids)
+            sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids,
+            metrics=self.spec.metrics, gpus_per_trial=res.gpus_per_trial)
         return self._requests[trial_id]
 
     def workdir_for(self, config: Config) -> Path:

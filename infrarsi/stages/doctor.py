@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from infrarsi.checks import LossReference, enforce
 from infrarsi.errors import ContractError
 from infrarsi.knobs import Config
+from infrarsi.metrics_events import explain_baseline_failure
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.trial import Outcome, Role, TrialResult
 
@@ -68,9 +69,7 @@ def _baseline_runs(rt: CampaignRuntime) -> list[TrialResult]:
     for _ in range(spec.budget.doctor_repeats):
         r = rt.run_one(baseline, Role.DOCTOR, check=lambda t: enforce(t, spec.contract, None))
         if r.outcome is not Outcome.OK:
-            raise ContractError(
-                f"the baseline config failed in doctor ({r.outcome.value}: {r.reason}); log: {r.log_path}. "
-                "Fix the baseline (or raise device.memory_capacity / budget.trial_timeout_s) before tuning")
+            raise ContractError(explain_baseline_failure(r))
         runs.append(r)
     return runs
 
