@@ -55,6 +55,7 @@ class Flag:
     spelled: str       # as it goes on the command line: --batch_size, --micro-batch, batch_size
     value: Any         # the value the command gives (or --help's default); True for a bare switch
     style: str         # separate | equals | switch
+    choices: list | None = None  # what --help lists as its choices ({fp32,bf16})
 
 
 @dataclass
@@ -156,8 +157,9 @@ def help_flags(command: ParsedCommand, cwd: Path, timeout_s: float = 60) -> list
         default = re.search(r"\(default:\s*([^)]*)\)|defaults? to `?([^`\s.,)]+)", text)
         value = _literal((default.group(1) or default.group(2)).strip()) if default else None
         style = "switch" if metavar is None else "separate"
+        choices = [_literal(c) for c in metavar[1:-1].split(",")] if metavar and metavar.startswith("{") else None
         if spelled != "--help":
-            found.append(Flag(_key(spelled), spelled, value, style))
+            found.append(Flag(_key(spelled), spelled, value, style, choices))
     return found
 
 
@@ -210,6 +212,9 @@ def _precision_values(flag: Flag) -> tuple[list, dict]:
 def _candidates(flag: Flag, kind: str, cpus: int) -> tuple[list, dict]:
     """Candidate values (the command's first) and levels for a knob of ``kind``."""
     v = flag.value
+    if flag.choices:
+        first = v if v in flag.choices else flag.choices[0]
+        return [first, *(c for c in flag.choices if c != first)], {}
     if kind == "precision":
         return _precision_values(flag)
     if kind in ("compile", "checkpointing"):
@@ -279,6 +284,8 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns,
         if levels:
             knob["levels"] = levels
         knobs[flag.name] = knob
+        if flag.name not in given:
+            draft.confirm[f"baseline.{flag.name}"] = "from --help, not the command: is this what the job runs today?"
     for item in cmd.args:
         if isinstance(item, str):
             template.append(item)
