@@ -141,7 +141,7 @@ def parse_command(command: list[str]) -> ParsedCommand:
                          nproc=nproc)
 
 
-def help_flags(command: ParsedCommand, cwd: Path, timeout_s: float = 60) -> list[Flag]:
+def help_flags(command: ParsedCommand, cwd: Path, timeout_s: float = 120) -> list[Flag]:
     """Flags an argparse-style ``--help`` lists, with their defaults where it shows them."""
     try:
         out = subprocess.run([sys.executable, command.script, "--help"], cwd=cwd, capture_output=True, text=True,
