@@ -95,7 +95,8 @@ class NvmlSource:
             self._handles = [self._handle(d) for d in ids]
         except (pynvml.NVMLError, ValueError) as exc:
             pynvml.nvmlShutdown()
-            raise DeviceMemoryUnavailable(f"CUDA_VISIBLE_DEVICES {devices} does not name NVML devices ({exc})") from None
+            raise DeviceMemoryUnavailable(f"CUDA_VISIBLE_DEVICES {devices} does not name NVML devices "
+                                          f"({exc})") from None
         self.num_devices = len(self._handles)
 
     def _handle(self, device: str):

@@ -20,21 +20,20 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Mapping
+from typing import Callable, Mapping
 
 import psutil
 
 from infrarsi.contract import sha256_file
 from infrarsi.device_memory import DeviceMemoryGauge, DeviceMemoryUnavailable, open_nvml_gauge
 from infrarsi.knobs import Config, KnobSpace
-from infrarsi.log_adapter import LogAdapter, MetricsLineError
+from infrarsi.job_output import JobOutput
 from infrarsi.metrics_events import RecordedEvents
+from infrarsi.reporter import METRICS_FILE_ENV
 from infrarsi.spec import CampaignSpec, MetricsSpec
-from infrarsi.stamped_reader import StampedReaders
 from infrarsi.trial import Outcome, Role, TrialResult, is_out_of_memory
 
 # Memory, CPU and timeout sampling. Not the clock: lines are stamped by reader threads.
@@ -43,7 +42,7 @@ TREE_REFRESH_S = 0.1
 # How late a reader thread's stamp may be behind the job's write (its wake-up), per line.
 STAMP_LATENCY_S = 0.002
 GIL_SWITCH_INTERVAL_S = 1e-4
-METRICS_ENV = "INFRARSI_METRICS_FILE"
+METRICS_ENV = METRICS_FILE_ENV
 # Set by Ray in its workers; the job's own thread knobs must decide, not the pool.
 _INHERITED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS_RAY")
 
@@ -200,63 +199,15 @@ def _watch(proc: subprocess.Popen, req: TrialRequest, memory: _Memory) -> _Watch
     return w
 
 
-class _JobOutput:
-    """Everything the job writes, as it arrives: its output teed to log.txt, its metrics
-    events (from the FIFO, or from its output through the log adapter) stamped on arrival."""
-
-    def __init__(self, req: TrialRequest, log: BinaryIO, fifo_path: Path) -> None:
-        self.metrics, self.log = req.metrics, log
-        self.recorded = RecordedEvents()
-        self.adapter = LogAdapter(req.metrics) if req.metrics.source == "log" else None
-        self.readers = StampedReaders()
-        self._log_lock = threading.Lock()
-        self._num_json_lines = 0
-        if self.adapter is None:
-            self.readers.add_fifo(fifo_path, self._on_json_line, name=f"{req.trial_id}-metrics")
-
-    def attach(self, proc: subprocess.Popen, launched_at: float) -> None:
-        for e in self.adapter.initial_events() if self.adapter else []:
-            self.recorded.add(e, launched_at, "metrics.tokens_per_step")
-        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-            wanted = self.adapter is not None and self.metrics.stream in (name, "both")
-            self.readers.add(pipe.fileno(), self._on_log_line if wanted else _ignore, tee=self._tee,
-                             name=f"{name}-reader")
-
-    def _tee(self, chunk: bytes) -> None:
-        with self._log_lock:
-            self.log.write(chunk)
-            self.log.flush()
-
-    def _on_json_line(self, line: str, stamp: float) -> None:
-        with self.recorded.lock:
-            self._num_json_lines += 1
-            self.recorded.add_json_line(line, stamp, f"line {self._num_json_lines} of ${METRICS_ENV}")
-
-    def _on_log_line(self, line: str, stamp: float) -> None:
-        assert self.adapter is not None
-        with self.recorded.lock:
-            try:
-                events = self.adapter.feed(line)
-            except MetricsLineError as exc:
-                self.recorded.problems.append(str(exc))
-                return
-            for e in events:
-                field_name = {"step": "step_pattern", "eval": "eval_pattern"}.get(e["event"], "tokens_pattern")
-                self.recorded.add(e, stamp, f"metrics.{field_name}, line {line[:200]!r}")
-
-    def no_steps_reason(self) -> str:
-        if self.adapter is not None:
-            streams = {"both": "stdout or stderr"}.get(self.metrics.stream, self.metrics.stream)
-            return self.adapter.no_steps_reason(streams)
-        if not self.recorded.events:
-            return (f"no metrics line arrived through ${METRICS_ENV}: the job does not speak the metrics "
-                    "protocol (use infrarsi.reporter or a framework callback), or set [metrics] source = 'log' "
-                    "to read its own output with the log adapter")
-        return "it reported no step event"
-
-
-def _ignore(line: str, stamp: float) -> None:
-    pass
+def _job_env(req: TrialRequest, fifo_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_THREAD_VARS}
+    env.update(req.env)
+    if req.metrics.source == "jsonl":
+        env[METRICS_ENV] = str(fifo_path)
+    else:
+        env.pop(METRICS_ENV, None)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python job's log lines leave it as they are printed
+    return env
 
 
 def run_process_trial(req: TrialRequest) -> TrialResult:
@@ -272,13 +223,7 @@ def run_process_trial(req: TrialRequest) -> TrialResult:
     if changed:
         return TrialResult(**base, outcome=Outcome.CONTRACT_VIOLATION,
                            reason=f"locked files changed before the trial started: {changed}")
-    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_THREAD_VARS}
-    env.update(req.env)
-    if req.metrics.source == "jsonl":
-        env[METRICS_ENV] = str(fifo_path)
-    else:
-        env.pop(METRICS_ENV, None)
-        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python job's log lines leave it as they are printed
+    env = _job_env(req, fifo_path)
     memory = _memory(req, env)
     base["memory_capacity_bytes"] = memory.capacity_bytes
     # The sampler holds the GIL for milliseconds at a time (psutil walks /proc); a reader
@@ -289,7 +234,7 @@ def run_process_trial(req: TrialRequest) -> TrialResult:
         with open(log_path, "wb") as log:
             log.write(f"$ {' '.join(req.argv)}\n".encode())
             log.flush()
-            out = _JobOutput(req, log, fifo_path)
+            out = JobOutput(req.metrics, log, fifo_path, name=req.trial_id)
             try:
                 proc = subprocess.Popen(list(req.argv), cwd=req.cwd, env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -333,7 +278,7 @@ def _changed(req: TrialRequest) -> list[str]:
     return out
 
 
-def _classify(req: TrialRequest, base: dict, w: _Watch, memory: _Memory, out: _JobOutput, log_tail: str,
+def _classify(req: TrialRequest, base: dict, w: _Watch, memory: _Memory, out: JobOutput, log_tail: str,
               changed: list[str]) -> TrialResult:
     recorded = out.recorded
     steps = recorded.steps()

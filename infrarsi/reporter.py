@@ -85,8 +85,8 @@ class Reporter:
         if self._last_step is not None and step <= self._last_step:
             raise ValueError(f"step {step} does not increase on the previous step {self._last_step}; "
                              "report each optimizer step once, in order")
-        self._last_step = step
         event: dict[str, Any] = {"event": "step", "step": step, "loss": _number("loss", loss)}
+        self._last_step = step
         if tokens is not None:
             event["tokens"] = int(tokens)
         if step_time_s is not None:

@@ -18,7 +18,8 @@ from infrarsi.testing import run_tiny
 from infrarsi.trial import Outcome, Role
 
 CLOCK_JOB = str(Path(__file__).parent / "jobs" / "clock_job.py")
-LOG_METRICS = MetricsSpec(source="log", step_pattern=r"iter (?P<step>\d+): loss (?P<loss>\S+), dt (?P<step_time_s>\S+) s",
+LOG_METRICS = MetricsSpec(source="log",
+                          step_pattern=r"iter (?P<step>\d+): loss (?P<loss>\S+), dt (?P<step_time_s>\S+) s",
                           tokens_pattern=r"tokens per iteration will be: (?P<tokens>[\d,]+)")
 
 
