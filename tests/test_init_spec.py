@@ -21,14 +21,14 @@ def test_init_writes_a_spec_close_to_the_hand_written_one(tmp_path, monkeypatch)
     folder = shutil.copytree(NANOGPT, tmp_path / "job")
     monkeypatch.chdir(folder)
     assert main(["init", "-o", "init.toml", "--", "python", "train.py", "--batch_size=2",
-                 "--gradient_accumulation_steps=8", "--dtype=float32", "--compile=False", "--threads=1",
+                 "--gradient_accumulation_steps=8", "--dtype=float32", "--threads=1",
                  "--max_iters=8", "--seed=1234"]) == 0
     text = (folder / "init.toml").read_text()
     assert "# CONFIRM" in text and "contract.seq_len" not in text
     made, hand = tomllib.loads(text), tomllib.loads((folder / "campaign.toml").read_text())
     assert made["command"] == hand["command"] and made["flag_style"] == hand["flag_style"] == "equals"
-    assert made["fixed_products"] == hand["fixed_products"] and made["baseline"] == hand["baseline"]
     assert set(made["knobs"]) == set(hand["knobs"])
+    assert made["fixed_products"] == hand["fixed_products"] and made["baseline"] == hand["baseline"]
     for name, knob in hand["knobs"].items():
         got = made["knobs"][name]
         assert (sorted(map(str, got["values"])), got["flag"], got["kind"], got.get("levels")) == \
