@@ -23,6 +23,7 @@ from typing import Any
 import tomli_w
 
 from infrarsi.errors import InfrarsiError
+from infrarsi.launch_command import Flag, ParsedCommand, help_flags, parse_command
 from infrarsi.log_patterns import GuessedPatterns, guess_patterns
 
 # Flag names (lower case, dashes as underscores) that say what a flag is.
@@ -47,120 +48,6 @@ CONTRACT_NAMES = {
 _PRECISION_LEVELS = {"float32": "fp32", "fp32": "fp32", "32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
                      "bf16-mixed": "bf16", "float16": "fp16", "fp16": "fp16", "16-mixed": "fp16"}
 DRY_RUN_STEPS = 3
-
-
-@dataclass
-class Flag:
-    name: str          # as the script spells it, without dashes: batch_size
-    spelled: str       # as it goes on the command line: --batch_size, --micro-batch, batch_size
-    value: Any         # the value the command gives (or --help's default); True for a bare switch
-    style: str         # separate | equals | switch
-    choices: list | None = None  # what --help lists as its choices ({fp32,bf16})
-
-
-@dataclass
-class ParsedCommand:
-    launcher: list[str]                  # ["{python}"] or ["{python}", "-m", "torch.distributed.run", ...]
-    script: str
-    args: list[Flag | str] = field(default_factory=list)  # the script's arguments, in order
-    nproc: int | None = None             # torchrun's --nproc-per-node
-
-    @property
-    def flags(self) -> list[Flag]:
-        return [a for a in self.args if isinstance(a, Flag)]
-
-
-def _key(name: str) -> str:
-    return name.lstrip("-").replace("-", "_").lower()
-
-
-def _literal(raw: str) -> Any:
-    low = raw.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
-
-
-def _parse_args(args: list[str]) -> list[Flag | str]:
-    flags: list[Flag | str] = []
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        if tok.startswith("-") and "=" in tok:
-            name, _, raw = tok.partition("=")
-            flags.append(Flag(_key(name), name, _literal(raw), "equals"))
-        elif tok.startswith("-") and i + 1 < len(args) and not args[i + 1].startswith("-"):
-            flags.append(Flag(_key(tok), tok, _literal(args[i + 1]), "separate"))
-            i += 1
-        elif tok.startswith("-"):
-            flags.append(Flag(_key(tok), tok, True, "switch"))
-        elif re.fullmatch(r"[A-Za-z_][\w.]*=\S*", tok):
-            name, _, raw = tok.partition("=")
-            flags.append(Flag(_key(name), name, _literal(raw), "equals"))
-        else:
-            flags.append(tok)
-        i += 1
-    return flags
-
-
-def parse_command(command: list[str]) -> ParsedCommand:
-    """Split a launch command into its launcher, script and the script's flags."""
-    if not command:
-        raise InfrarsiError("infrarsi init needs the launch command after '--', e.g. "
-                            "infrarsi init -- python train.py --batch_size=12")
-    prog = Path(command[0]).name
-    rest = list(command[1:])
-    if prog == "torchrun" or (re.fullmatch(r"python[\d.]*", prog) and rest[:2] == ["-m", "torch.distributed.run"]):
-        rest = rest if prog == "torchrun" else rest[2:]
-        launcher = ["{python}", "-m", "torch.distributed.run"]
-        nproc = None
-        while rest and not rest[0].endswith(".py"):
-            tok = rest.pop(0)
-            name, eq, raw = tok.partition("=")
-            if _key(name) == "nproc_per_node":
-                raw = raw if eq else rest.pop(0)
-                nproc = int(raw) if raw.isdigit() else None
-                launcher += ["--nproc-per-node", "{nproc}"]
-            else:
-                launcher.append(tok)
-    elif re.fullmatch(r"python[\d.]*", prog):
-        launcher, nproc = ["{python}"], None
-    else:
-        raise InfrarsiError(f"infrarsi init understands 'python script.py ...' and 'torchrun ... script.py ...', "
-                            f"not {command[0]!r}; write the spec by hand (README: Tune your own job)")
-    scripts = [t for t in rest if t.endswith(".py")]
-    if not scripts:
-        raise InfrarsiError(f"no .py script in {shlex.join(command)}; give the command that runs your training script")
-    at = rest.index(scripts[0])
-    return ParsedCommand(launcher=launcher + rest[:at], script=scripts[0], args=_parse_args(rest[at + 1:]),
-                         nproc=nproc)
-
-
-def help_flags(command: ParsedCommand, cwd: Path, timeout_s: float = 120) -> list[Flag]:
-    """Flags an argparse-style ``--help`` lists, with their defaults where it shows them."""
-    try:
-        out = subprocess.run([sys.executable, command.script, "--help"], cwd=cwd, capture_output=True, text=True,
-                             timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if out.returncode != 0:
-        return []
-    found = []
-    for m in re.finditer(r"^\s{1,8}(?:-\w, )?(--[\w-]+)(?:[ =]([A-Z_{}\[\],\w-]+))?(.*(?:\n\s{12,}.*)*)",
-                         out.stdout, re.M):
-        spelled, metavar, text = m.group(1), m.group(2), m.group(3)
-        default = re.search(r"\(default:\s*([^)]*)\)|defaults? to `?([^`\s.,)]+)", text)
-        value = _literal((default.group(1) or default.group(2)).strip()) if default else None
-        style = "switch" if metavar is None else "separate"
-        choices = [_literal(c) for c in metavar[1:-1].split(",")] if metavar and metavar.startswith("{") else None
-        if spelled != "--help":
-            found.append(Flag(_key(spelled), spelled, value, style, choices))
-    return found
 
 
 def kind_of(name: str) -> str | None:
@@ -198,7 +85,7 @@ def _powers_of_two(limit: int) -> list[int]:
 def _precision_values(flag: Flag) -> tuple[list, dict]:
     if isinstance(flag.value, bool):  # --bf16 / --fp16 switches
         level = "fp16" if flag.name == "fp16" else "bf16"
-        return [False, True], {"false": "fp32", "true": level}
+        return [flag.value, not flag.value], {"false": "fp32", "true": level}
     value = str(flag.value)
     families = (["float32", "bfloat16"], ["fp32", "bf16"], ["32", "bf16-mixed"], ["no", "bf16"])
     family = next((f for f in families if value in f or (value in ("float16", "fp16", "16-mixed") and f[0] != "no")),
@@ -239,6 +126,34 @@ class Draft:
     notes: list[str] = field(default_factory=list)           # header lines
 
 
+def _knob(flag: Flag, product: int | None, style: str, cpus: int) -> dict[str, Any] | None:
+    """The knob table for ``flag`` (its ``baseline`` included), or None when it is no knob:
+    no known kind, fewer than two candidates, or a micro-batch without an accumulation flag."""
+    kind = kind_of(flag.name)
+    if kind in ("micro_batch", "grad_accum"):
+        if product is None:
+            return None
+        values = [m for m in _powers_of_two(product) if product % m == 0]
+        if kind == "grad_accum":
+            values = sorted({product // m for m in values})
+        values, levels = list(dict.fromkeys([flag.value, *values])), {}
+    elif kind:
+        values, levels = _candidates(flag, kind, cpus)
+    else:
+        return None
+    if len(values) < 2:
+        return None
+    first = values[0]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        values = sorted(values)
+    knob: dict[str, Any] = {"values": values, "flag": flag.spelled, "kind": kind, "baseline": first}
+    if flag.style != style:
+        knob["flag_style"] = flag.style
+    if levels:
+        knob["levels"] = levels
+    return knob
+
+
 def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns, *, name: str,
                spec_name: str, cpus: int) -> Draft:
     """The spec dict for ``cmd``: ``known`` adds flags from ``--help`` the command does not give."""
@@ -255,34 +170,17 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns,
     split = mb is not None and ga is not None and isinstance(mb.value, int) and isinstance(ga.value, int)
     product = mb.value * ga.value if split else None
     for flag in every:
-        kind, field_name = kind_of(flag.name), contract_field_of(flag.name)
+        field_name = contract_field_of(flag.name)
         if field_name and flag.name in given:
             contract[field_name] = flag.value
             template += _fmt(flag, "{" + field_name + "}")
             continue
-        if kind in ("micro_batch", "grad_accum") and split:
-            values = [m for m in _powers_of_two(product) if product % m == 0]
-            if kind == "grad_accum":
-                values = sorted({product // m for m in values})
-            values = list(dict.fromkeys([flag.value, *values]))
-            levels: dict = {}
-        elif kind and kind not in ("micro_batch", "grad_accum"):
-            values, levels = _candidates(flag, kind, cpus)
-        else:
-            values = []
-        if len(values) < 2:
+        knob = _knob(flag, product * (cmd.nproc or 1) if split else None, style, cpus)
+        if knob is None:
             if flag.name in given:
-                template += _fmt(flag, flag.value) if not isinstance(flag.value, bool) or flag.style != "switch" \
-                    else [flag.spelled]
+                template += [flag.spelled] if flag.style == "switch" else _fmt(flag, flag.value)
             continue
-        baseline[flag.name] = values[0]
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            values = sorted(values)
-        knob: dict[str, Any] = {"values": values, "flag": flag.spelled, "kind": kind}
-        if flag.style != style:
-            knob["flag_style"] = "switch" if isinstance(flag.value, bool) and flag.style == "switch" else flag.style
-        if levels:
-            knob["levels"] = levels
+        baseline[flag.name] = knob.pop("baseline")
         knobs[flag.name] = knob
         if flag.name not in given:
             draft.confirm[f"baseline.{flag.name}"] = "from --help, not the command: is this what the job runs today?"
@@ -301,13 +199,14 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns,
                                 "description": "torch's intra-op threads, read at start-up"}
         baseline["omp_threads"] = _powers_of_two(cpus)[-1]
     if cmd.nproc is not None:
-        knobs["nproc"] = {"values": list(dict.fromkeys([cmd.nproc, *_powers_of_two(cpus)])), "placeholder": True,
+        knobs["nproc"] = {"values": sorted({cmd.nproc, *_powers_of_two(cpus)}), "placeholder": True,
                           "kind": "processes", "description": "torchrun processes"}
         baseline["nproc"] = cmd.nproc
         if split:
             draft.data["fixed_products"][0]["knobs"].append("nproc")
             draft.data["fixed_products"][0]["value"] = product * cmd.nproc
-            draft.confirm["fixed_products"] = "micro-batch x accumulation x processes: the global batch in sequences"
+            draft.notes.append("CONFIRM fixed_products: micro-batch x accumulation x processes is the global batch "
+                               "in sequences (if your script splits the batch over processes itself, drop nproc)")
     draft.data.update(name=name, workload_dir=".", repository="copy", command=template, flag_style=style,
                       baseline=baseline)
     draft.data["knobs"] = knobs

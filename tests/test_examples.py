@@ -20,12 +20,14 @@ from infrarsi.workspace import CampaignDir
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def _small_copy(tmp: Path, example: str, *, num_trials: int, calibration: list | None = None) -> Path:
+def _small_copy(tmp: Path, example: str, *, num_trials: int, calibration: list | None = None,
+                baseline: dict | None = None) -> Path:
     """The example folder with its spec cut to a test's budget."""
     folder = shutil.copytree(EXAMPLES / example, tmp / example)
     spec = tomllib.loads((folder / "campaign.toml").read_text())
     if calibration is not None:
         spec["calibration"] = calibration
+    spec["baseline"].update(baseline or {})
     spec["budget"].update(num_trials=num_trials, doctor_repeats=3, num_finalists=1, verify_pairs=2)
     # Timings are not asserted here: a run that other processes loaded is not measured again.
     spec["resources"]["max_remeasures"] = 0
@@ -75,7 +77,9 @@ def test_a_nanogpt_style_script_is_tuned_through_its_own_log(tmp_path, ray_sessi
 
 @pytest.mark.slow
 def test_a_hugging_face_trainer_script_is_tuned_through_its_own_log(tmp_path, ray_session, prefect_harness, capsys):
-    spec = _small_copy(tmp_path, "hf_trainer", num_trials=2,
+    # One thread in the baseline bounds the test's time: on a loaded machine two OpenMP threads
+    # per trial made the baseline's steps 30-50x slower (12 s instead of 0.2-0.4 s).
+    spec = _small_copy(tmp_path, "hf_trainer", num_trials=2, baseline={"omp_threads": 1},
                        calibration=[{"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1}])
     summary, cdir = _campaign(spec, tmp_path / "out", capsys)
     _check_honest_changes_pass(summary, cdir, tomllib.loads(spec.read_text())["baseline"], 1024)

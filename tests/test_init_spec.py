@@ -9,7 +9,7 @@ import pytest
 
 from infrarsi.cli import main
 from infrarsi.errors import InfrarsiError
-from infrarsi.init_spec import help_flags, parse_command
+from infrarsi.launch_command import help_flags, parse_command
 from infrarsi.log_patterns import guess_patterns
 from infrarsi.spec import load_spec
 
