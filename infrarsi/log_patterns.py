@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 NUMBER = r"[-+0-9.eE]+"
-_NUM = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_NUM = re.compile(r"[-+]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _EVAL_WORDS = re.compile(r"\b(val|valid|validation|eval|test)", re.I)
 _STEP_WORDS = ("iter", "step", "it", "global_step", "steps", "iteration")
 
