@@ -4,14 +4,17 @@ Runs ``tests/jobs/clock_job.py`` (steps on a fixed 5 ms or 50 ms grid; each step
 carries the interval the job measured itself between two reports, and the instant it
 wrote the line) through ``run_process_trial`` several times, and prints per setting:
 the harness's median step time against the job's own median (relative error, median
-and worst over repeats), how many recorded step times were 0, and, where the launcher
-records arrival stamps, how late the harness stamped each line after the job wrote it.
+and worst over repeats), how many recorded step times were 0 (next to how many of the
+job's own were under 1 ms: a job that fell behind its grid writes the next lines back to
+back), and, where the launcher records arrival stamps, how late the harness stamped each
+line after the job wrote it.
 
     python benchmarks/harness_clock.py --repeats 5
     python benchmarks/harness_clock.py --repeats 5 --repo /path/to/an/older/checkout
 
-``--repo`` measures the launcher of another checkout of infrarsi (e.g. a ``git worktree``
-of an earlier commit) on the same job, for a before/after comparison side by side.
+``--repo`` measures the launcher of another checkout of infrarsi (e.g. one unpacked with
+``git archive <commit> infrarsi workloads | tar -x -C DIR``) on the same job, for a
+before/after comparison side by side.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def run_once(launcher, step_ms: float, steps: int, via: str, tmp: Path) -> dict:
         if "harness_monotonic_s" in event and "written_at" in event:
             lags.append(event["harness_monotonic_s"] - event["written_at"])
     return {"rel_error": r.step_time_s / statistics.median(own) - 1, "zeros": sum(t <= 0 for t in r.step_times_s),
-            "lags": lags}
+            "own_under_1ms": sum(t < 1e-3 for t in own), "lags": lags}
 
 
 def main() -> None:
@@ -70,7 +73,8 @@ def main() -> None:
             lag = (f"; stamp lag after the write: median {1e3 * statistics.median(lags):.3f} ms, "
                    f"p99 {1e3 * lags[int(0.99 * (len(lags) - 1))]:.3f} ms") if lags else ""
             print(f"{via:5s} {step_ms:2d} ms steps x{steps}: |harness/job - 1| median {statistics.median(errors):.2%}, "
-                  f"worst {max(errors):.2%} over {len(runs)} runs; zero step times {sum(r['zeros'] for r in runs)}"
+                  f"worst {max(errors):.2%} over {len(runs)} runs; step times of 0: {sum(r['zeros'] for r in runs)} "
+                  f"(the job's own under 1 ms, catching up its grid: {sum(r['own_under_1ms'] for r in runs)})"
                   f"{lag}")
 
 

@@ -20,6 +20,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,6 +200,22 @@ def _watch(proc: subprocess.Popen, req: TrialRequest, memory: _Memory) -> _Watch
     return w
 
 
+_switching = {"lock": threading.Lock(), "trials": 0, "saved_s": 0.005}
+
+
+def _fast_switching(on: bool) -> None:
+    """While any trial of this process runs, a thread waiting for the GIL gets it within
+    0.1 ms: the sampler holds it for milliseconds at a time (psutil walks /proc), and a
+    reader woken by a line must not wait the default 5 ms switch interval to stamp it."""
+    with _switching["lock"]:
+        if on and _switching["trials"] == 0:
+            _switching["saved_s"] = sys.getswitchinterval()
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        _switching["trials"] += 1 if on else -1
+        if not on and _switching["trials"] == 0:
+            sys.setswitchinterval(_switching["saved_s"])
+
+
 def _job_env(req: TrialRequest, fifo_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _INHERITED_THREAD_VARS}
     env.update(req.env)
@@ -226,10 +243,7 @@ def run_process_trial(req: TrialRequest) -> TrialResult:
     env = _job_env(req, fifo_path)
     memory = _memory(req, env)
     base["memory_capacity_bytes"] = memory.capacity_bytes
-    # The sampler holds the GIL for milliseconds at a time (psutil walks /proc); a reader
-    # thread woken by a line must not wait the default 5 ms switch interval to stamp it.
-    switch_interval = sys.getswitchinterval()
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    _fast_switching(True)
     try:
         with open(log_path, "wb") as log:
             log.write(f"$ {' '.join(req.argv)}\n".encode())
@@ -251,7 +265,7 @@ def run_process_trial(req: TrialRequest) -> TrialResult:
                 proc.stdout.close()
                 proc.stderr.close()
     finally:
-        sys.setswitchinterval(switch_interval)
+        _fast_switching(False)
         fifo_path.unlink(missing_ok=True)
         if memory.gauge is not None:
             memory.gauge.close()
@@ -339,6 +353,8 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
     window = range(req.warmup_steps, req.num_steps)
     step_times = tuple(arrivals[s] - arrivals[s - 1] for s in window)
     median_s = statistics.median(step_times)
+    base["extra"]["foreign_load_cores"] = foreign_load_cores(w.cpu_samples, arrivals[req.warmup_steps - 1],
+                                                             arrivals[-1])
     if median_s <= 0:
         together = sum(1 for t in step_times if t <= 0)
         return TrialResult(**base, outcome=Outcome.CRASH, reason=(
@@ -348,8 +364,6 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
     start = base["extra"]["start"]
     tokens = {int(e.get("tokens", start.get("tokens_per_step", -1))) for e, _ in steps}
     base.update(phases_s=_median_phases([e for e, _ in steps][req.warmup_steps:]))
-    base["extra"]["foreign_load_cores"] = foreign_load_cores(w.cpu_samples, arrivals[req.warmup_steps - 1],
-                                                             arrivals[-1])
     startup_s = max(0.0, arrivals[req.warmup_steps - 1] - w.launched_at - req.warmup_steps * median_s)
     return TrialResult(**base, outcome=Outcome.OK, step_time_s=median_s, startup_s=startup_s,
                        step_times_s=step_times, tokens_per_step=tokens.pop() if len(tokens) == 1 else -1)

@@ -2,7 +2,10 @@
 
 Both ways in (JSON lines through ``$INFRARSI_METRICS_FILE`` and the log adapter) end
 here. A step event needs a finite ``loss`` and, when it carries a ``step``, a counter that
-increases; an eval event needs a finite ``eval_loss``. The first problem is kept with
+increases, and its optional fields must have their types (``tokens`` and
+``peak_memory_bytes`` integers, ``step_time_s`` a number, ``phases`` seconds by name); an
+eval event needs a finite ``eval_loss``; a start event's ``tokens_per_step`` and
+``seq_len`` are integers. An event with a problem is not recorded; the problem is, with
 where it came from, so the trial's reason can name the line and the spec field.
 """
 
@@ -37,8 +40,9 @@ class RecordedEvents:
         """Record ``event`` (arrived at ``stamp``); ``origin`` says where it came from
         (e.g. "metrics.step_pattern, line '...'"), for the problem message."""
         problem = self._problem(event)
-        if problem:
+        if problem:  # kept as the problem, not as an event: nothing downstream reads a bad value
             self.problems.append(f"{problem} ({origin})")
+            return
         self.events.append(event)
         self.arrivals.append(stamp)
 
@@ -60,6 +64,9 @@ class RecordedEvents:
                 return "a step event has no loss"
             if not _finite(event["loss"]):
                 return f"the loss {event['loss']!r} is not a finite number"
+            wrong = _wrong_optional_fields(event)
+            if wrong:
+                return wrong
             step = event.get("step")
             if step is None:
                 return None
@@ -70,6 +77,8 @@ class RecordedEvents:
                 return f"the step counter went from {last} to {step}; it must increase with every optimizer step"
         elif kind == "eval" and not _finite(event.get("eval_loss")):
             return f"the eval_loss {event.get('eval_loss')!r} is not a finite number"
+        elif kind == "start":
+            return _wrong_optional_fields(event, ("tokens_per_step", "seq_len"))
         return None
 
     def steps(self) -> list[tuple[dict[str, Any], float]]:
@@ -82,6 +91,18 @@ class RecordedEvents:
             if e.get("event") == "start":
                 merged.update(e)
         return merged
+
+
+def _wrong_optional_fields(event: dict[str, Any], integers=("tokens", "peak_memory_bytes")) -> str | None:
+    for name in integers:
+        if name in event and (isinstance(event[name], bool) or not isinstance(event[name], int)):
+            return f"{name} {event[name]!r} is not an integer"
+    if "step_time_s" in event and not _finite(event["step_time_s"]):
+        return f"step_time_s {event['step_time_s']!r} is not a finite number"
+    phases = event.get("phases")
+    if phases is not None and not (isinstance(phases, dict) and all(_finite(v) for v in phases.values())):
+        return f"phases {phases!r:.100} is not a mapping of phase names to seconds"
+    return None
 
 
 def _finite(value: Any) -> bool:

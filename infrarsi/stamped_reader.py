@@ -20,6 +20,7 @@ from typing import Callable
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")  # \r too: progress bars redraw a line without a newline
 _CHUNK_BYTES = 1 << 16
+_DATA, _EMPTY, _EOF = object(), object(), object()
 
 OnLine = Callable[[str, float], None]
 
@@ -46,31 +47,31 @@ class _Reader(threading.Thread):
             ready = {fd for fd, _ in poller.poll()}
             stamp = time.monotonic()
             if self.fd in ready:
-                if not self._read(stamp):
-                    break  # end of file: every writer closed its end
+                if self._read(stamp) is _EOF:
+                    break  # every writer closed its end
             elif self.wake_fd in ready:
-                while self._read(time.monotonic()):
+                while self._read(time.monotonic()) is _DATA:
                     pass
                 break
         if self._partial.strip():
             self.on_line(self._partial.decode(errors="replace"), time.monotonic())
 
-    def _read(self, stamp: float) -> bool:
-        """Read what is there and hand out the lines it completes; False at end of file or
-        when nothing is left to read."""
+    def _read(self, stamp: float) -> object:
+        """Read what is there and hand out the lines it completes: _DATA, or _EMPTY when
+        nothing was there, or _EOF."""
         try:
             chunk = os.read(self.fd, _CHUNK_BYTES)
         except BlockingIOError:
-            return False
+            return _EMPTY
         if not chunk:
-            return False
+            return _EOF
         if self.tee is not None:
             self.tee(chunk)
         *lines, self._partial = _LINE_END.split(self._partial + chunk)
         for raw in lines:
             if raw.strip():
                 self.on_line(raw.decode(errors="replace"), stamp)
-        return True
+        return _DATA
 
 
 class StampedReaders:

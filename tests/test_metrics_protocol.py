@@ -73,6 +73,7 @@ def _step(step, loss):
     ([_step(1, 3.0), '{"event": "step", "step": 2, "loss": NaN}', _step(3, 2.8)], r"the loss nan is not a finite"),
     ([_step(5, 3.0), _step(6, 2.9), _step(2, 2.8)], r"the step counter went from 6 to 2; it must increase"),
     ([{"event": "step", "step": 1}], r"a step event has no loss"),
+    ([{**_step(1, 3.0), "tokens": "64"}], r"tokens '64' is not an integer"),
     ([], r"reported 0 of 3 steps: no metrics line arrived through \$INFRARSI_METRICS_FILE"),
 ])
 def test_bad_jsonl_events_are_a_crash_that_says_what_was_wrong(tmp_path, events, reason):

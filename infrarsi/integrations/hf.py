@@ -4,9 +4,9 @@
 
     trainer = Trainer(..., callbacks=[InfrarsiCallback(seq_len=256)])
 
-Each optimizer step's loss is the one the ``Trainer`` logs (the mean over the step's
-micro-batches and processes): the callback asks the ``Trainer`` to log at every step, so
-``logging_steps`` does not thin the reports. Tokens per step are counted by the
+Each optimizer step's loss is the one the ``Trainer`` logs for that step (gathered over
+processes): the callback asks the ``Trainer`` to log at every step, so ``logging_steps``
+does not thin the reports. Tokens per step are counted by the
 ``Trainer`` when ``include_num_input_tokens_seen`` is on; otherwise the callback reports
 the ``tokens_per_step`` it was given (or none). ``eval_loss`` goes out as eval events.
 """
