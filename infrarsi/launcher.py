@@ -74,24 +74,6 @@ class TrialRequest:
     device_gauge: Callable[[Mapping[str, str]], DeviceMemoryGauge] | None = None
 
 
-def render_command(spec: CampaignSpec, space: KnobSpace, config: Config, *, seed: int | None = None
-                   ) -> tuple[tuple[str, ...], dict[str, str]]:
-    """argv and extra environment that carry ``config`` to the job. ``seed`` replaces the
-    contract's seed (verification's canary runs)."""
-    values = {"python": sys.executable, "seq_len": spec.contract.seq_len,
-              "global_batch_tokens": spec.contract.global_batch_tokens,
-              "num_steps": spec.contract.num_steps, "seed": spec.contract.seed if seed is None else seed}
-    values.update({k.name: config[k.name] for k in space.knobs if k.placeholder})
-    argv = [token.format(**values) for token in spec.command]
-    env = dict(spec.env)
-    for knob in space.knobs:
-        if knob.flag is not None:
-            argv += [knob.flag, str(config[knob.name])]
-        elif knob.env is not None:
-            env[knob.env] = str(config[knob.name])
-    return tuple(argv), env
-
-
 def _tree(proc: psutil.Process) -> list[psutil.Process]:
     try:
         return [proc, *proc.children(recursive=True)]
