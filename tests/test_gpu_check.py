@@ -109,7 +109,8 @@ def test_its_campaign_runs_without_ray_or_mlflow_on_the_tiny_gpt(tmp_path):
     findings = gpu_check.findings(cdir, doctor, None)
     trials = rt.ledger.trials()
     assert [t.role for t in trials[:3]] == [Role.DOCTOR] * 3 and all(t.outcome is Outcome.OK for t in trials)
-    assert sum(t.role is Role.SEARCH for t in trials) == 1 and len(trials) == 8  # 3 + 1 + 2 pairs
+    assert sum(t.role is Role.SEARCH for t in trials) == 1
+    assert sum(t.role in (Role.VERIFY, Role.VERIFY_BASELINE) for t in trials) >= 4  # 2 pairs at least
     assert not (cdir.root / "mlflow.db").exists()  # no tracking store was created
     assert findings["baseline_mfu"] is None and findings["mfu_basis"] is None  # CPU: omitted
     assert findings["baseline_step_time_s"] == doctor.step_time_s and findings["ooms"] == []
