@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+from infrarsi import bank_cli
 from infrarsi.errors import InfrarsiError
 
 
@@ -28,9 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--fresh-doctor", action="store_true", help="re-measure the baseline even if cached")
     c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--bank", help="experience bank path (default: INFRARSI_BANK or the user's data folder)")
+    c.add_argument("--no-bank", action="store_true", help="neither read nor write the experience bank")
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
     r.add_argument("dir")
     r.add_argument("--json", action="store_true")
+    bank_cli.add_parser(sub)
     return p
 
 
@@ -78,7 +82,8 @@ def _campaign(args: argparse.Namespace) -> dict:
     try:
         return campaign(spec=args.spec, out=args.out, budget=args.budget, proposer=args.proposer,
                         campaign_id=campaign_id, resume=args.resume, ray_address=args.ray_address,
-                        tracking_uri=args.tracking_uri, concurrency=args.concurrency, fresh_doctor=args.fresh_doctor)
+                        tracking_uri=args.tracking_uri, concurrency=args.concurrency, fresh_doctor=args.fresh_doctor,
+                        bank="off" if args.no_bank else args.bank)
     finally:
         stop.set()
         if bar:
@@ -101,6 +106,8 @@ def _print_summary(summary: dict, as_json: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "bank":
+            return bank_cli.run(args)
         if args.command == "campaign":
             summary = _campaign(args)
         else:

@@ -27,6 +27,7 @@ class RuntimeSettings:
     ray_address: str | None = None
     tracking_uri: str | None = None
     concurrency: int | None = None
+    bank: str | None = None  # experience bank: a path, "off", or None for INFRARSI_BANK / the default
     on_result: Callable[[TrialResult], None] | None = field(default=None, repr=False)
 
 

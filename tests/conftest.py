@@ -6,6 +6,8 @@ import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Campaigns in tests neither read nor write the user's experience bank; bank tests pass a path.
+os.environ["INFRARSI_BANK"] = "off"
 
 
 @pytest.fixture(scope="session")
