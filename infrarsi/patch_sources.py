@@ -192,7 +192,7 @@ def gate(patch: Patch, contract: Any, accepted: Sequence[Patch], refused: set[st
     repo = repository_root(contract.workdir)
     directory = Path(contract.workdir).resolve().relative_to(repo).as_posix()
     try:
-        check_patches_apply(repo, {patch.name: patch.diff}, directory=directory)
+        # Raises unless each applies on its own; returns the pairs that do not apply together.
         pairs = check_patches_apply(repo, {**{p.name: p.diff for p in accepted}, patch.name: patch.diff},
                                     directory=directory)
     except PatchError as exc:
