@@ -177,6 +177,9 @@ def open_bank(setting: str | Path | None) -> Bank | None:
 # --- similarity ------------------------------------------------------------------------
 
 def _log_ratio(a: Any, b: Any) -> float:
+    """|log(a / b)|; 0 when either is unknown (None): no evidence either way."""
+    if a is None or b is None:
+        return 0.0
     try:
         a, b = float(a), float(b)
     except (TypeError, ValueError):
@@ -187,7 +190,8 @@ def _log_ratio(a: Any, b: Any) -> float:
 def distance(hw_a: Mapping[str, Any], wl_a: Mapping[str, Any], hw_b: Mapping[str, Any],
              wl_b: Mapping[str, Any]) -> float:
     """0 for the same job on the same hardware; 1 is about another GPU model, or dense vs
-    MoE; size ratios count on the log scale (a 3x larger model adds about 0.5)."""
+    MoE; size ratios count on the log scale (a 3x larger model adds about 0.5); a feature
+    either side does not know adds nothing."""
     d = 0.0 if hw_a.get("gpu") == hw_b.get("gpu") else 1.0
     d += 0.5 * _log_ratio(hw_a.get("memory_bytes"), hw_b.get("memory_bytes"))
     d += 0.3 * _log_ratio(hw_a.get("num_devices"), hw_b.get("num_devices"))

@@ -75,11 +75,15 @@ def campaign_record(cdir: CampaignDir) -> CampaignRecord:
     describe = search.get("describe") or {}
     doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else {}
     verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else {}
+    measured = list(trials)
+    if doctor and not any(r.role is Role.DOCTOR for r in trials):  # doctor came from the cache
+        measured.append(TrialResult(trial_id="doctor", config=dict(doctor["baseline"]), role=Role.DOCTOR,
+                                    outcome=Outcome.OK, step_time_s=doctor["step_time_s"]))
     patches = []
     for e in ledger.events():
         if e["kind"] == "patch_accepted":
             patches.append({"name": e["name"], "source": e.get("source", ""), "accepted": True, "reason": None,
-                            "patch": e["patch"], "log_time_effect": _patch_effects(trials, e["knob"])})
+                            "patch": e["patch"], "log_time_effect": _patch_effects(measured, e["knob"])})
         elif e["kind"] in ("patch_refused", "patch_retired"):
             patches.append({"name": e["name"], "source": e.get("source", ""), "accepted": False,
                             "reason": ("violated the contract: " if e["kind"] == "patch_retired" else "")
@@ -94,7 +98,7 @@ def campaign_record(cdir: CampaignDir) -> CampaignRecord:
         proposer=search.get("proposer", contract.spec.search.proposer), hardware=hw, workload=wl,
         baseline=dict(contract.spec.space.validate(contract.spec.baseline)),
         baseline_step_time_s=doctor.get("step_time_s"),
-        trials=tuple(r for r in trials if r.role in (Role.DOCTOR, Role.SEARCH)), effects=effects,
+        trials=tuple(r for r in measured if r.role in (Role.DOCTOR, Role.SEARCH)), effects=effects,
         prior_revision=describe.get("prior_revision"), promoted=promoted, patches=tuple(patches))
 
 

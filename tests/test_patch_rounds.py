@@ -4,7 +4,7 @@ adversarial cheats submitted as LLM answers (refused, or caught and retired; non
 
 from __future__ import annotations
 
-import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -22,7 +22,9 @@ from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages import patching  # noqa: E402
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor  # noqa: E402
 from infrarsi.stages.init import init_campaign  # noqa: E402
-from infrarsi.stages.search import finalists, run_search  # noqa: E402
+from infrarsi.stages.search import finalists, run_search, search_experience  # noqa: E402
+from infrarsi.bank import Bank  # noqa: E402
+from infrarsi.bank_campaign import record_campaign  # noqa: E402
 from infrarsi.stages.verify import run_verification  # noqa: E402
 from infrarsi.testing import GPT_DIR  # noqa: E402
 from infrarsi.trial import Outcome, Role  # noqa: E402
@@ -57,7 +59,10 @@ class QueuePool(InlinePool):
 
 def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c") -> tuple[CampaignRuntime, DoctorReport]:
     spec = write_spec(tmp, [])
-    text = spec.read_text().replace('[contract]', '[search]\nproposer = "random"\npatch_rounds = 1\n[contract]')
+    # What these tests check is decided by losses and the gate, not by timing: a loaded
+    # machine's trials are not re-measured.
+    text = spec.read_text().replace('[contract]', '[search]\nproposer = "random"\npatch_rounds = 1\n'
+                                    '[resources]\nmax_remeasures = 0\n[contract]')
     if llm_url:
         text += f'[llm]\nbase_url = "{llm_url}"\nmodel = "test-model"\ntimeout_s = 2.0\nmax_retries = 0\n'
     spec.write_text(text)
@@ -129,6 +134,22 @@ def test_a_default_campaign_proposes_gates_and_measures_a_builtin_patch(tmp_path
     assert measured.config[f"patch_{first}"] is True and measured.outcome is Outcome.OK, measured.reason
     assert f"patch_{first}" in rt.space.names and rt.spec.baseline[f"patch_{first}"] is False
     assert all(set(t.config) == set(rt.space.names) or t is measured for t in out.trials)
+    # the finished campaign goes to the bank, with the patch's measured effect ...
+    bank = Bank(tmp_path / "bank.sqlite")
+    record_campaign(bank, rt.cdir)
+    rec = bank.get(rt.contract.campaign_id)
+    assert len(rec.trials) == 3 and rec.hardware["cpu"] and rec.workload["num_params"] > 0
+    [patch] = [p for p in rec.patches if p["name"] == first]
+    assert patch["accepted"] and patch["log_time_effect"] == pytest.approx(
+        math.log(measured.step_time_s / doctor.step_time_s))
+    # ... and the next campaign on this machine reads it
+    (tmp_path / "second").mkdir()
+    rt2, _ = campaign(tmp_path / "second", ref, name="c2")
+    rt2.settings.bank = str(bank.path)
+    configs, priors = search_experience(rt2)
+    [event] = events(rt2, "experience")
+    assert event["campaigns"][0]["id"] == rt.contract.campaign_id and event["campaigns"][0]["distance"] == 0
+    assert all(rt2.space.is_feasible(c) for c in configs)
 
 
 def _diff(rel: str, new: str) -> str:
@@ -187,5 +208,8 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
     # the replay passes the search check; verification's canary catches it
     replay_knob = next(k for k, r in results.items() if r.outcome is Outcome.OK)
     report = run_verification(rt, doctor, finalists([results[replay_knob]], doctor, 1) or [results[replay_knob]])
-    assert report.promoted is None or not report.promoted.config.get(replay_knob)
-    assert len(Ledger(rt.cdir.ledger).trials()) == 4 + 2 * rt.spec.budget.verify_pairs
+    [verdict] = report.verdicts
+    assert not verdict.promoted and "contract_violation" in verdict.reason and report.promoted is None
+    # every trial the cheats cost is in the ledger; refusals cost none
+    assert {t.config.get(replay_knob) for t in Ledger(rt.cdir.ledger).trials() if t.role is Role.VERIFY} == {True}
+    assert len([t for t in Ledger(rt.cdir.ledger).trials() if t.role is Role.SEARCH]) == 4
