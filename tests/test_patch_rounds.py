@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "adversarial"))
 
 from adversarial_cheats import SCOPE_CHEATS, TRAIN_CHEATS, edited, replay_cheat  # noqa: E402
-from llm_server import Reply, running_server  # noqa: E402
+from tests.llm_server import Reply, running_server  # noqa: E402
 from infrarsi.ledger import Ledger  # noqa: E402
 from infrarsi.patch_sources import BuiltinPatchSource, PatchContext, gate  # noqa: E402
 from infrarsi.patches import builtin_patches, make_diff  # noqa: E402
@@ -30,7 +30,7 @@ from infrarsi.testing import GPT_DIR  # noqa: E402
 from infrarsi.trial import Outcome, Role  # noqa: E402
 from infrarsi.checks import enforce  # noqa: E402
 
-from adversarial.test_adversarial import InlinePool, reference_run, write_spec  # noqa: E402
+from tests.adversarial.test_adversarial import InlinePool, reference_run, write_spec  # noqa: E402
 
 
 class QueuePool(InlinePool):
