@@ -45,5 +45,7 @@ def test_optuna_baselines_get_a_violation_constraint():
     proposer = make_proposer("tpe", SearchContext(space=space, baseline=BASE, seed=0))
     for r in history():
         proposer.observe(r)
-    cons = [t.system_attrs["constraints"] for t in proposer.study.trials if t.state.name == "COMPLETE"]
-    assert cons[4] == [0.0, 0.0, 1.0] and cons[0] == [0.0, 0.0, 0.0]  # oom, crash, violation
+    cons = [{k.split(":")[1]: v for k, v in t.system_attrs.items() if k.startswith("constraints:")}
+            for t in proposer.study.trials]
+    assert cons[4] == cons[5] == {"oom": 0.0, "crash": 0.0, "violation": 1.0}
+    assert cons[0] == {"oom": 0.0, "crash": 0.0, "violation": 0.0}
