@@ -9,6 +9,7 @@ import math
 import pytest
 
 from infrarsi.adapters.llm import (
+    LLMUnavailableError,
     CONFIDENT_LOG_STD, LLMClient, LLMEndpointError, LLMSettings, PatchProposal,
     confidence_to_log_std, patch_or_none, priors_or_fallback,
 )
