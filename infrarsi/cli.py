@@ -1,4 +1,5 @@
-"""The ``infrarsi`` command: ``campaign`` runs the Prefect flow, ``report`` rebuilds a report."""
+"""The ``infrarsi`` command: ``campaign`` runs the Prefect flow, ``report`` rebuilds a report,
+``bank`` lists, shows or forgets the experience bank's campaigns."""
 
 from __future__ import annotations
 

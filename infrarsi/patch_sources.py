@@ -17,7 +17,6 @@ Every candidate goes through ``gate``: the same checks as a patch the user lists
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
@@ -220,10 +219,3 @@ def measurement_config(patch: Patch, ctx: PatchContext, baseline: Config) -> Con
     base = dict(best.config) if best is not None else dict(baseline)
     return {**base, patch.knob: True}
 
-
-def log_effect(with_patch: TrialResult | None, without: TrialResult | None) -> float | None:
-    """log(step time with / without) of a patch's measurement trial, when both ran."""
-    if (with_patch is None or without is None or with_patch.outcome is not Outcome.OK
-            or without.outcome is not Outcome.OK):
-        return None
-    return math.log(with_patch.step_time_s / without.step_time_s)
