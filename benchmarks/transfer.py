@@ -93,8 +93,8 @@ def trials_to_reach(times: list[float], target_time_s: float, budget: int) -> in
     return budget + 1
 
 
-def target_run(args: tuple[str, str, int, int, str | None, float]) -> dict:
-    pair, target, seed, budget, bank_path, fraction = args
+def target_run(args: tuple[str, str, int, int, str | None, float, float, float]) -> dict:
+    pair, target, seed, budget, bank_path, fraction, oracle_time_s, oracle_speedup = args
     import torch
 
     torch.set_num_threads(1)
@@ -105,11 +105,10 @@ def target_run(args: tuple[str, str, int, int, str | None, float]) -> dict:
         experience = nearest(Bank(bank_path).records(), hardware=hw, workload=wl, space=w.space,
                              baseline=dict(w.baseline))
     times, _, _ = search(target, seed, budget, experience)
-    o = oracle(w)
     # speedup >= fraction * oracle speedup  <=>  time <= oracle time / fraction
     return {"pair": pair, "target": target, "seed": seed, "seeded": bank_path is not None,
-            "trials": trials_to_reach(times, o.best_step_time_s / fraction, budget),
-            "fraction_at_budget": (times[0] / min(times)) / o.speedup}
+            "trials": trials_to_reach(times, oracle_time_s / fraction, budget),
+            "fraction_at_budget": (times[0] / min(times)) / oracle_speedup}
 
 
 def main() -> None:
@@ -135,9 +134,13 @@ def main() -> None:
                                                 for i in range(args.source_seeds)]):
                 bank.add(rec)
             banks[pair] = str(bank.path)
-            jobs += [(pair, target, seed, args.budget, path, args.target)
+            o = oracle(sim_workload(target))
+            jobs += [(pair, target, seed, args.budget, path, args.target, o.best_step_time_s, o.speedup)
                      for seed in range(args.seeds) for path in (None, banks[pair])]
-        runs = pool.map(target_run, jobs)
+        runs = []
+        for run in pool.imap_unordered(target_run, jobs):  # progress, so a long run can be followed
+            runs.append(run)
+            print(f"{len(runs)}/{len(jobs)} {run}", flush=True)
     rows = []
     for pair in args.pairs:
         cold = [r["trials"] for r in runs if r["pair"] == pair and not r["seeded"]]

@@ -21,7 +21,7 @@ from infrarsi.patches import builtin_patches, make_diff  # noqa: E402
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages import patching  # noqa: E402
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor  # noqa: E402
-from infrarsi.stages.init import init_campaign  # noqa: E402
+from infrarsi.stages.init import init_campaign, load_campaign  # noqa: E402
 from infrarsi.stages.search import finalists, run_search, search_experience  # noqa: E402
 from infrarsi.bank import Bank  # noqa: E402
 from infrarsi.bank_campaign import record_campaign  # noqa: E402
@@ -134,6 +134,11 @@ def test_a_default_campaign_proposes_gates_and_measures_a_builtin_patch(tmp_path
     assert measured.config[f"patch_{first}"] is True and measured.outcome is Outcome.OK, measured.reason
     assert f"patch_{first}" in rt.space.names and rt.spec.baseline[f"patch_{first}"] is False
     assert all(set(t.config) == set(rt.space.names) or t is measured for t in out.trials)
+    # a resumed campaign rebuilds the same space from the ledger
+    resumed = CampaignRuntime(*load_campaign(rt.cdir.root), RuntimeSettings(bank="off"))
+    patching.restore(resumed)
+    assert resumed.space.names == rt.space.names and resumed.spec.constraints == rt.spec.constraints
+    assert [p["name"] for p in resumed.contract.extra["patches"]] == round_["accepted"]
     # the finished campaign goes to the bank, with the patch's measured effect ...
     bank = Bank(tmp_path / "bank.sqlite")
     record_campaign(bank, rt.cdir)
