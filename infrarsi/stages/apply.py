@@ -46,7 +46,9 @@ def promoted_file(contract: Contract, doctor: DoctorReport, verification: Verifi
 
 def commit_message(contract: Contract, doctor: DoctorReport, verification: VerificationReport) -> str:
     v = verification.promoted
-    changed = {k: val for k, val in v.config.items() if doctor.baseline.get(k) != val}
+    # A patch knob added during the run is off in a baseline recorded before it existed.
+    changed = {k: val for k, val in v.config.items()
+               if doctor.baseline.get(k, False if k.startswith("patch_") else None) != val}
     return "\n".join([
         f"infrarsi: promote {', '.join(f'{k}={val}' for k, val in changed.items())}",
         "",
