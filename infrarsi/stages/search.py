@@ -97,10 +97,12 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
     if not _final(history, {Role.DOCTOR}):  # doctor came from the cache
         observed.insert(0, baseline_observation(doctor, int(rt.spec.device.memory_capacity)))
 
-    def rebuilt() -> Proposer:  # over the current space, the whole history replayed
+    def rebuilt(old: Proposer | None = None) -> Proposer:  # over the current space, the history replayed
         p = build_proposer(rt, proposer_name, priors, experience)
         for r in observed:
             p.observe(_padded(r, rt.space.names))
+        if hasattr(old, "num_started"):  # the engine's diverse start is spent once per campaign
+            p.num_started = old.num_started
         return p
 
     done = _final(history, {Role.SEARCH})
@@ -118,7 +120,7 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
             queued = patching.patch_round(rt, doctor, observed, why="after doctor" if rounds == 0 else "search stalled")
             last_round = len(done)
             if queued:
-                proposer = rebuilt()
+                proposer = rebuilt(proposer)
         while pool.free_slots and submitted < num_trials:
             configs = [queued.pop(0)] if queued else proposer.suggest(min(pool.free_slots, batch,
                                                                           num_trials - submitted))
@@ -139,7 +141,7 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
                 done.append(r)
                 observed.append(r)
                 if patching.retire_violators(rt, r):
-                    proposer = rebuilt()
+                    proposer = rebuilt(proposer)
                 else:
                     proposer.observe(_padded(r, rt.space.names))
     outcome = SearchOutcome(proposer=proposer_name, trials=tuple(done), describe=proposer.describe())
