@@ -172,7 +172,9 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
                     if (GPT_DIR / rel).is_file() else
                     f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n@@ -0,0 +1 @@\n+X = 1\n")
              for name, rel in SCOPE_CHEATS.items()}
-    caught = ["short_seq", "fewer_tokens", "tamper_locked_at_runtime"]
+    # one cheat the tokens check catches, one the locked-file hash catches (tests/adversarial
+    # runs every cheat; here they arrive as LLM answers)
+    caught = ["fewer_tokens", "tamper_locked_at_runtime"]
     cheats = {n: _diff(TRAIN_CHEATS[n][0], edited(TRAIN_CHEATS[n][0], TRAIN_CHEATS[n][1])) for n in caught}
     replay = (replay_cheat(tmp_path / "cheats", ref.losses) / "patch.diff").read_text()
     not_applying = _diff("model.py", "x = 1\n").replace("-import math", "-import maths")
@@ -181,7 +183,7 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
         server.queue = [
             Reply.json(_answer("")),  # no diff
             Reply.json(_answer(not_applying)),  # a diff that does not apply
-            Reply.truncated(_answer(cheats["short_seq"])),  # cut mid-answer
+            Reply.truncated(_answer(cheats["fewer_tokens"])),  # cut mid-answer
             Reply.text("here is my patch: ..."),  # not the schema
             Reply.refused(),
             Reply.hang(5),  # past the 2 s timeout
@@ -203,10 +205,10 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
     assert "no answer" in reasons[5]
     assert "modifies locked file 'metrics.py'" in reasons[6] and "outside the editable scope" in reasons[7]
     accepted = [e["name"] for e in events(rt, "patch_accepted")]
-    assert len(accepted) == 4  # three loss cheats and the replay: only a trial can tell
+    assert len(accepted) == 3  # two cheats and the replay: only a trial can tell
     retired = {e["knob"] for e in events(rt, "patch_retired")}
     violations = {k for k, r in results.items() if r.outcome is Outcome.CONTRACT_VIOLATION}
-    assert violations == retired and len(violations) == 3, {k: (r.outcome, r.reason) for k, r in results.items()}
+    assert violations == retired and len(violations) == 2, {k: (r.outcome, r.reason) for k, r in results.items()}
     # a retired patch is a constraint no proposer can cross, and is never asked for again
     assert all(f"not {k}" in rt.spec.constraints for k in retired)
     assert not any(rt.space.is_feasible({**rt.spec.baseline, k: True}) for k in retired)
@@ -217,4 +219,4 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
     assert not verdict.promoted and "contract_violation" in verdict.reason and report.promoted is None
     # every trial the cheats cost is in the ledger; refusals cost none
     assert {t.config.get(replay_knob) for t in Ledger(rt.cdir.ledger).trials() if t.role is Role.VERIFY} == {True}
-    assert len([t for t in Ledger(rt.cdir.ledger).trials() if t.role is Role.SEARCH]) == 4
+    assert len([t for t in Ledger(rt.cdir.ledger).trials() if t.role is Role.SEARCH]) == 3
