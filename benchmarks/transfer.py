@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import shlex
 import statistics
 import sys
 import tempfile
@@ -151,7 +152,7 @@ def main() -> None:
                      "seeded_fewer": sum(s < c for s, c in zip(seeded, cold)),
                      "seeded_more": sum(s > c for s, c in zip(seeded, cold)),
                      "cold_never": sum(c > args.budget for c in cold), "seeded_never": sum(s > args.budget for s in seeded)})
-    meta = {"command": "nice -n 15 python " + " ".join(sys.argv), "wall_s": time.time() - t0,
+    meta = {"command": "nice -n 15 python " + shlex.join(sys.argv), "wall_s": time.time() - t0,
             "seeds": args.seeds, "budget": args.budget, "target": args.target, "source_seeds": args.source_seeds,
             "source_budget": args.source_budget}
     args.out.mkdir(parents=True, exist_ok=True)
