@@ -1,8 +1,8 @@
 """The experience bank: every finished campaign, so the next one starts smarter.
 
-A SQLite file (default ``$XDG_DATA_HOME/infrarsi/bank.sqlite``, i.e.
-``~/.local/share/infrarsi/bank.sqlite``; ``INFRARSI_BANK`` or ``--bank`` give another
-path, ``off`` turns it off). One row per campaign holds the hardware fingerprint and the
+A SQLite file (default ``bank.sqlite`` in the infrarsi data folder:
+``$INFRARSI_DATA_DIR``, else ``~/.local/share/infrarsi``; ``INFRARSI_BANK`` or ``--bank``
+give another path, ``off`` turns it off). One row per campaign holds the hardware fingerprint and the
 workload's features (parameters, layers, sequence length, dense or MoE, tokens per step),
 the baseline and best configs, the proposer's posterior per-setting effects and prior
 revisions; every trial (config, outcome, step time, peak memory) and every patch decision
@@ -57,8 +57,9 @@ CREATE TABLE IF NOT EXISTS patches (
 
 
 def default_path() -> Path:
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "infrarsi" / "bank.sqlite"
+    from infrarsi.workspace import data_dir
+
+    return data_dir() / "bank.sqlite"
 
 
 @dataclass(frozen=True, kw_only=True)

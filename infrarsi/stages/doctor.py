@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from infrarsi.checks import LossReference, enforce
 from infrarsi.errors import ContractError
 from infrarsi.knobs import Config
+from infrarsi.metrics_events import explain_baseline_failure
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.trial import Outcome, Role, TrialResult
 
@@ -61,16 +62,19 @@ def _cv(values: list[float]) -> float:
     return statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
 
 
+def _recorded(rt: CampaignRuntime, role: Role) -> list[TrialResult]:
+    """Final attempts of ``role`` a killed campaign already recorded: a resumed doctor keeps them."""
+    return [r for r in rt.ledger.trials() if r.role is role and not r.extra.get("retried")]
+
+
 def _baseline_runs(rt: CampaignRuntime) -> list[TrialResult]:
     spec = rt.spec
     baseline = rt.space.validate(spec.baseline)
-    runs = []
-    for _ in range(spec.budget.doctor_repeats):
+    runs = [r for r in _recorded(rt, Role.DOCTOR) if r.outcome is Outcome.OK][:spec.budget.doctor_repeats]
+    for _ in range(spec.budget.doctor_repeats - len(runs)):
         r = rt.run_one(baseline, Role.DOCTOR, check=lambda t: enforce(t, spec.contract, None))
         if r.outcome is not Outcome.OK:
-            raise ContractError(
-                f"the baseline config failed in doctor ({r.outcome.value}: {r.reason}); log: {r.log_path}. "
-                "Fix the baseline (or raise device.memory_capacity / budget.trial_timeout_s) before tuning")
+            raise ContractError(explain_baseline_failure(r))
         runs.append(r)
     return runs
 
@@ -80,9 +84,11 @@ def _calibrate(rt: CampaignRuntime, reference: tuple[float, ...], runs: list[Tri
     ref = LossReference(losses=reference, tolerance=float("inf"))
     spread = max(abs(ref.deviation(r.losses)[0]) for r in runs)
     rows: list[dict[str, Any]] = [{"config": "baseline repeats", "deviation": spread}]
+    recorded = {tuple(sorted(r.config.items())): r for r in _recorded(rt, Role.CALIBRATE)}
     for variant in spec.calibration:
         cfg = {**spec.baseline, **variant}
-        r = rt.run_one(cfg, Role.CALIBRATE, check=lambda t: enforce(t, spec.contract, None))
+        r = recorded.get(tuple(sorted(rt.space.validate(cfg).items()))) or rt.run_one(
+            cfg, Role.CALIBRATE, check=lambda t: enforce(t, spec.contract, None))
         dev = ref.deviation(r.losses)[0] if r.outcome is Outcome.OK else None
         rows.append({"config": variant, "outcome": r.outcome.value, "deviation": dev, "trial_id": r.trial_id})
     if spec.contract.loss_tolerance is not None:
@@ -130,3 +136,13 @@ def baseline_observation(report: DoctorReport, capacity_bytes: int) -> TrialResu
                        step_time_s=report.step_time_s, losses=report.reference_losses,
                        peak_memory_bytes=report.peak_memory_bytes, memory_capacity_bytes=capacity_bytes,
                        tokens_per_step=report.tokens_per_step)
+
+
+def cached_doctor_trials(report: DoctorReport, capacity_bytes: int) -> list[TrialResult]:
+    """Doctor's baseline runs as trial results, for a campaign whose doctor came from the
+    cache (for MLflow: the runs were measured by the campaign that filled the cache)."""
+    return [TrialResult(trial_id=f"doctor-{i}", config=dict(report.baseline), role=Role.DOCTOR, outcome=Outcome.OK,
+                        step_time_s=step_time_s, losses=report.reference_losses,
+                        peak_memory_bytes=report.peak_memory_bytes, memory_capacity_bytes=capacity_bytes,
+                        tokens_per_step=report.tokens_per_step, extra={"cached_from": source})
+            for i, (source, step_time_s) in enumerate(zip(report.trial_ids, report.run_step_times_s), 1)]
