@@ -5,6 +5,7 @@ forgets the experience bank's campaigns."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -44,6 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--no-bank", action="store_true", help="neither read nor write the experience bank (--bank off)")
+    i = sub.add_parser("init", help="write a starting spec from the command that launches your job",
+                       usage="infrarsi init [-o SPEC] [--no-dry-run] -- python train.py --batch_size=12 ...")
+    i.add_argument("-o", "--output", default="campaign.toml", help="spec to write (default: ./campaign.toml)")
+    i.add_argument("--name", help="campaign name (default: the script's name)")
+    i.add_argument("--no-dry-run", action="store_true", help="do not run the job to guess its log lines")
+    i.add_argument("--dry-run-timeout", type=float, default=120.0, help="seconds the dry run may take")
+    i.add_argument("--force", action="store_true", help="overwrite an existing spec")
+    i.add_argument("job", nargs=argparse.REMAINDER, help="the launch command, after --")
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
     r.add_argument("dir")
     r.add_argument("--json", action="store_true")
@@ -74,8 +83,65 @@ def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
     else:
         spec, done = load_spec(options.spec or builtin_spec_path()), 0  # fails fast, before Prefect or Ray
         budget = options.budget or spec.budget.num_trials
+    return planned_trials(spec, budget), done
+
+
+def planned_trials(spec, budget: int | None) -> int:
+    """Trials the campaign runs at most when nothing fails: doctor's repeats (the extra
+    ones a weak noise estimate asks for included) and calibration, the search,
+    verification (one baseline run per round serves every finalist) and minimization's
+    leave-one-out rounds (at most one run per knob). Re-measurements and a joint-drop
+    confirmation grow the total as they happen; the bar ends at the count that ran."""
+    from infrarsi.noise import WEAK_BELOW_RUNS
+
     b = spec.budget
-    return budget + b.doctor_repeats + len(spec.calibration) + 2 * b.num_finalists * b.verify_pairs, done
+    doctor = max(b.doctor_repeats, min(b.doctor_max_repeats, WEAK_BELOW_RUNS))
+    verify = b.verify_pairs * (1 + b.num_finalists)
+    minimize = b.minimize_pairs * (2 + len(spec.space.knobs)) if b.minimize_pairs else 0
+    return (budget or b.num_trials) + doctor + len(spec.calibration) + verify + minimize
+
+
+def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:
+    """A new campaign from a local spec gets its id here, so its log has a folder from the start."""
+    from infrarsi.spec import load_spec
+    from infrarsi.stages.init import builtin_spec_path, git_spec, new_campaign_id
+
+    if options.resume or options.campaign_id or (options.spec and git_spec(options.spec)):
+        return options
+    return options.model_copy(update={"campaign_id": new_campaign_id(load_spec(options.spec or builtin_spec_path()))})
+
+
+def _log_path(options: CampaignOptions) -> Path:
+    """The campaign folder's prefect.log (the out folder's, for a spec cloned from git)."""
+    from infrarsi.workspace import default_campaigns_dir
+
+    if options.resume:
+        return Path(options.resume) / "prefect.log"
+    out = Path(options.out) if options.out else default_campaigns_dir()
+    return out / (options.campaign_id or "") / "prefect.log"
+
+
+@contextlib.contextmanager
+def _console_logs_to(path: Path):
+    """While the flow runs, what Prefect would print on the console (run logs, a failed
+    stage's traceback) goes to ``path``; the CLI prints the error's message itself."""
+    import logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    consoles = [h for h in logging.root.handlers if isinstance(h, logging.StreamHandler)
+                and not isinstance(h, logging.FileHandler)]
+    for h in consoles:
+        logging.root.removeHandler(h)
+    logging.root.addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.root.removeHandler(handler)
+        handler.close()
+        for h in consoles:
+            logging.root.addHandler(h)
 
 
 def _campaign(args: argparse.Namespace) -> dict:
@@ -85,9 +151,21 @@ def _campaign(args: argparse.Namespace) -> dict:
                                      **({"bank": "off"} if args.no_bank else {})})
     total, done = _expected_trials(options)
     from flows.campaign import campaign
+
+    options = _with_campaign_id(options)
+    log_path = _log_path(options)
+    try:
+        with _console_logs_to(log_path):
+            return _run_flow(campaign, options, args.no_progress, total, done)
+    except InfrarsiError as exc:
+        exc.add_note(f"(the stage's traceback is in {log_path})")
+        raise
+
+
+def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int, done: int) -> dict:
     from infrarsi import progress
 
-    if args.no_progress:
+    if no_progress:
         return campaign(options)
     from tqdm import tqdm
 
@@ -103,16 +181,42 @@ def _campaign(args: argparse.Namespace) -> dict:
         return campaign(options)
     finally:
         unsubscribe()
+        bar.total = bar.n  # what ran: fewer when finalists or changes to measure were fewer
+        bar.refresh()
         bar.close()
+
+
+def _init(args: argparse.Namespace) -> int:
+    from infrarsi.init_spec import init_spec
+
+    job = args.job[1:] if args.job[:1] == ["--"] else args.job
+    path = init_spec(job, cwd=Path.cwd(), out_path=Path(args.output), name=args.name, force=args.force,
+                     run_job=not args.no_dry_run, dry_run_timeout_s=args.dry_run_timeout)
+    print(f"wrote {path}: check the lines marked CONFIRM, then run: infrarsi campaign {args.output}")
+    return 0
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
     if summary.get("verified_speedup"):
         lo, hi = summary["speedup_ci"]
-        print(f"verified speedup {summary['verified_speedup']:.2f}x (90% CI {lo:.2f}-{hi:.2f}); "
+        what = "end to end" if summary.get("end_to_end_speedup") is not None else "per step"
+        print(f"verified speedup {summary['verified_speedup']:.2f}x {what} (90% CI {lo:.2f}-{hi:.2f}); "
               f"branch {summary['branch']}")
+        if summary.get("end_to_end_speedup") is not None:
+            print(f"per step {summary['step_speedup']:.2f}x; job of {summary['job_steps']:,.0f} steps")
+        for c in summary.get("promoted_changes") or []:
+            share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
+            print(f"  {c['knob']}: {c['from']} -> {c['to']}, contributes {share}")
+        for c in summary.get("dropped_changes") or []:
+            print(f"  dropped {c['knob']}={c['to']}: did not pay")
     else:
         print("no candidate passed verification; the baseline stands")
+    if summary.get("canary_effective") is False:
+        print(summary["canary_note"])
+    if summary.get("noise_estimate_weak"):
+        print("warning: doctor's noise estimate is weak (too few baseline runs)")
+    if summary.get("campaign_wall_s") is not None:
+        print(f"campaign wall time {summary['campaign_wall_s']:.0f} s")
     print(f"trials by outcome {summary['trials_by_outcome']}; failed-trial seconds {summary['failed_trial_seconds']}")
     print(f"report: {summary['report']}")
     if as_json:
@@ -138,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "bank":
             return bank_cli.run(args)
+        if args.command == "init":
+            return _init(args)
         if args.command == "compare":
             return _compare(args)
         if args.command == "campaign":
@@ -149,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             build_report(args.dir)
             summary = summarize(CampaignDir(Path(args.dir).resolve()))
     except InfrarsiError as exc:
-        print(f"infrarsi: error: {exc}", file=sys.stderr)
+        print(" ".join([f"infrarsi: error: {exc}", *getattr(exc, "__notes__", [])]), file=sys.stderr)
         return 2
     _print_summary(summary, args.json)
     return 0

@@ -5,6 +5,8 @@ Here every finished trial is told as COMPLETE with constraints ``oom``, ``crash`
 invalid, timeout) and ``violation`` (contract violation) (``Trial.set_constraint``;
 feasible when <= 0) and, for failures, a pessimistic value (the worst time seen), so
 constraint-aware samplers learn where the memory wall and the crashes are.
+``SearchContext.extra["warm_start_configs"]`` are enqueued, so a sampler can start from
+the same configs as the engine; priors they cannot take.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class _OptunaProposer(Proposer):
         self.study = optuna.create_study(direction="minimize", sampler=self._make_sampler(ctx.seed))
         self._pending: dict[tuple, Any] = {}
         self._known: dict[tuple, tuple[float, dict[str, float]]] = {}
+        # A warm start (the engine's start configs, ``warm_start_configs``): asked first, in order.
+        for cfg in ctx.extra.get("warm_start_configs", ()):
+            self.study.enqueue_trial(dict(cfg), skip_if_exists=True)
 
     def _make_sampler(self, seed: int) -> Any:
         raise NotImplementedError
