@@ -11,7 +11,8 @@ from infrarsi.options import CampaignOptions
 from infrarsi.report import campaign_metrics, summarize
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from tasks.publish import name_flow_run, publish_task
-from tasks.stages import (adopt_doctor_task, apply_task, doctor_task, init_task, minimize_task, report_task,
+from tasks.stages import (adopt_doctor_task, apply_task, bank_task, doctor_task, init_task, minimize_task,
+                          report_task,
                           search_task, verify_task)
 
 
@@ -22,7 +23,7 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
     contract, cdir, opts = init_task(options)
     name_flow_run(contract.campaign_id)
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(
-        ray_address=opts.ray_address, tracking_uri=opts.tracking_uri, concurrency=opts.concurrency,
+        ray_address=opts.ray_address, tracking_uri=opts.tracking_uri, concurrency=opts.concurrency, bank=opts.bank,
         parent_params={"proposer": opts.proposer, "num_trials": opts.budget, "concurrency": opts.concurrency or "auto"},
         on_result=progress.publish))
     try:
@@ -33,6 +34,7 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
         report_task(cdir)
         apply_task(rt, doctor, verification)
         report_task(cdir)  # again, so the report names the branch
+        bank_task(rt)
         summary = summarize(cdir)
         publish_task(cdir, summary)
         rt.finish(campaign_metrics(summary), tags={"infrarsi.branch": summary["branch"] or ""})

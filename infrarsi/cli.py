@@ -1,5 +1,6 @@
 """The ``infrarsi`` command: ``campaign`` runs the Prefect flow, ``report`` rebuilds a report,
-``compare`` puts the campaigns of an MLflow store side by side."""
+``compare`` puts the campaigns of an MLflow store side by side, ``bank`` lists, shows or
+forgets the experience bank's campaigns."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import typing
 from pathlib import Path
 
+from infrarsi import bank_cli
 from infrarsi.errors import InfrarsiError
 from infrarsi.options import CampaignOptions
 
@@ -42,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_options(c)
     c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--no-bank", action="store_true", help="neither read nor write the experience bank (--bank off)")
     i = sub.add_parser("init", help="write a starting spec from the command that launches your job",
                        usage="infrarsi init [-o SPEC] [--no-dry-run] -- python train.py --batch_size=12 ...")
     i.add_argument("-o", "--output", default="campaign.toml", help="spec to write (default: ./campaign.toml)")
@@ -53,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
     r.add_argument("dir")
     r.add_argument("--json", action="store_true")
+    bank_cli.add_parser(sub)
     m = sub.add_parser("compare", help="compare the campaigns of an MLflow store: one table, one plot")
     m.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else the machine's "
                                           "shared store in the infrarsi data folder)")
@@ -143,7 +147,8 @@ def _console_logs_to(path: Path):
 def _campaign(args: argparse.Namespace) -> dict:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    options = CampaignOptions.parse({k: getattr(args, k) for k in CampaignOptions.model_fields})
+    options = CampaignOptions.parse({**{k: getattr(args, k) for k in CampaignOptions.model_fields},
+                                     **({"bank": "off"} if args.no_bank else {})})
     total, done = _expected_trials(options)
     from flows.campaign import campaign
 
@@ -235,6 +240,8 @@ def _compare(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "bank":
+            return bank_cli.run(args)
         if args.command == "init":
             return _init(args)
         if args.command == "compare":

@@ -18,7 +18,7 @@ from infrarsi.errors import SpecError
 ProposerName = Literal["engine", "gp", "greedy", "random", "tpe"]
 
 # The overrides a campaign folder remembers (options.json), so --resume keeps them.
-PERSISTED = ("proposer", "budget", "concurrency", "tracking_uri", "ray_address")
+PERSISTED = ("proposer", "budget", "concurrency", "tracking_uri", "ray_address", "bank")
 
 
 class CampaignOptions(BaseModel):
@@ -57,6 +57,10 @@ class CampaignOptions(BaseModel):
                                     description="Parallel trial slots. Empty: the spec's, else the device slots.")
     fresh_doctor: bool = Field(default=False,
                                description="Measure the baseline again even when doctor's result is cached.")
+    bank: str | None = Field(
+        default=None, max_length=4096,
+        description="Experience bank: a SQLite file to read past campaigns from and record this one in, or "
+                    "'off'. Empty: $INFRARSI_BANK, else bank.sqlite in the infrarsi data folder.")
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> "CampaignOptions":

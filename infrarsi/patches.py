@@ -2,9 +2,13 @@
 
 A patch lives in a folder: ``patch.diff`` (paths relative to the workload folder, e.g.
 ``model.py``) and ``meta.toml`` (title, description, files_touched,
-expected_time_effect and expected_memory_effect as multipliers, preconditions). Every
+expected_time_effect and expected_memory_effect as multipliers, preconditions; and for
+the built-in library's matching, optional: ``phases``, the doctor phases it shortens or
+``"memory"`` for a memory saver; ``requires_text``, snippets the files it touches must
+contain; ``pays_with``, knob settings under which it has an effect; ``numerics``). Every
 patch a spec lists passes ``check_scope`` (it touches only the editable scope and
-leaves locked files alone) and must apply to the snapshot (checked at init); it then
+leaves locked files alone) and must apply to the snapshot (checked at init); a patch
+proposed during the run passes the same gate (``infrarsi.patch_sources``). It then
 becomes the boolean knob ``patch_<name>``, baseline False. Whether it keeps the loss
 trajectory is checked on every trial that enables it, like any other knob.
 """
@@ -14,17 +18,20 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from infrarsi.errors import PatchError
 
-__all__ = ["BUILTIN_DIR", "Patch", "check_scope", "enabled_patches", "knob_name", "load_patches",
-           "make_diff", "require_in_scope"]
+__all__ = ["BUILTIN_DIR", "Patch", "builtin_patches", "check_scope", "enabled_patches", "knob_name",
+           "load_patches", "make_diff", "require_in_scope"]
 
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "infra_patches"
 KNOB_PREFIX = "patch_"
+_TUPLES = ("files_touched", "phases", "requires_text")
+META_KEYS = {"title", "description", "files_touched", "expected_time_effect", "expected_memory_effect",
+             "preconditions", "phases", "requires_text", "pays_with", "numerics"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 # Header lines (never hunk content, which starts with ' ', '+', '-' or '\') that give a
 # file the symlink mode.
@@ -45,6 +52,10 @@ class Patch:
     expected_memory_effect: float = 1.0  # multiplier on peak memory
     preconditions: str = ""
     source: str = ""
+    phases: tuple[str, ...] = ()  # doctor phases it shortens ("forward_s", ...) or "memory"
+    requires_text: tuple[str, ...] = ()  # snippets the touched files must contain
+    pays_with: Mapping[str, Any] = field(default_factory=dict)  # knob settings it needs to matter
+    numerics: str = "bit-identical"  # or e.g. "fp32 rounding": what the loss check may see
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -65,7 +76,7 @@ class Patch:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Patch":
-        return cls(**{**d, "files_touched": tuple(d.get("files_touched", ()))})
+        return cls(**{**d, **{k: tuple(d.get(k, ())) for k in _TUPLES}})
 
 
 def knob_name(patch_ref: str) -> str:
@@ -81,13 +92,11 @@ def load_patch(folder: Path) -> Patch:
         meta = tomllib.loads(meta_path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise PatchError(f"{meta_path}: not valid TOML ({exc}); fix the syntax") from None
-    known = {"title", "description", "files_touched", "expected_time_effect", "expected_memory_effect",
-             "preconditions"}
-    if set(meta) - known or "title" not in meta:
-        raise PatchError(f"{meta_path}: expected keys {sorted(known)} (title required), "
+    if set(meta) - META_KEYS or "title" not in meta:
+        raise PatchError(f"{meta_path}: expected keys {sorted(META_KEYS)} (title required), "
                          f"found {sorted(meta)}")
     return Patch(name=folder.name, diff=diff_path.read_text(), source=str(folder),
-                 **{**meta, "files_touched": tuple(meta.get("files_touched", ()))})
+                 **{**meta, **{k: tuple(meta.get(k, ())) for k in _TUPLES}})
 
 
 def load_patches(names_or_paths: Iterable[str], base_dir: Path) -> list[Patch]:
@@ -106,6 +115,13 @@ def load_patches(names_or_paths: Iterable[str], base_dir: Path) -> list[Patch]:
     if len(set(knobs)) != len(knobs):
         raise PatchError(f"patches {list(names_or_paths)} give duplicate knobs {knobs}; rename a folder")
     return out
+
+
+def builtin_patches() -> list[Patch]:
+    """Every patch of the built-in library (``infra_patches/``), by folder name."""
+    if not BUILTIN_DIR.is_dir():
+        return []
+    return [load_patch(f) for f in sorted(BUILTIN_DIR.iterdir()) if (f / "meta.toml").is_file()]
 
 
 def _glob_regex(pattern: str) -> re.Pattern:

@@ -178,6 +178,8 @@ class SearchSpec(_Model):
     proposer: str = "engine"
     seed: int = 0
     batch_size: int | None = Field(default=None, ge=1)
+    patch_rounds: int = Field(default=2, ge=0, description="times the run asks for code patches (after doctor, "
+                              "then when the search stalls); 0: never")
 
 
 class LLMSpec(_Model):

@@ -91,3 +91,12 @@ def report_task(cdir: CampaignDir) -> str:
 @task(name="apply", cache_policy=NO_CACHE)
 def apply_task(rt: CampaignRuntime, doctor: DoctorReport, verification: VerificationReport) -> dict[str, Any]:
     return run_apply(rt.contract, rt.cdir, doctor, verification, parent_run_id=rt.parent_run_id)
+
+
+@task(name="bank", cache_policy=NO_CACHE)
+def bank_task(rt: CampaignRuntime) -> str | None:
+    """Record the finished campaign in the experience bank (unless it is off)."""
+    from infrarsi.bank import open_bank
+    from infrarsi.bank_campaign import record_campaign
+
+    return record_campaign(open_bank(rt.settings.bank), rt.cdir)

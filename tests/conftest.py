@@ -11,6 +11,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Campaigns that name no folder or store use the data folder: never the user's, in tests.
 os.environ.setdefault("INFRARSI_DATA_DIR", tempfile.mkdtemp(prefix="infrarsi-test-data-"))
+# Campaigns in tests neither read nor write an experience bank; bank tests pass a path.
+os.environ["INFRARSI_BANK"] = "off"
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,11 @@
 It speaks just enough of the protocol for the real ``openai`` client: ``POST
 /v1/chat/completions`` returns a ``ChatCompletion`` whose message carries the scripted
 content or refusal. Each test sets one ``Reply`` that answers every request until
-changed (so a 500 answers the client's retries too), and reads back ``requests``: the
-JSON bodies the client sent, in order.
+changed (so a 500 answers the client's retries too), or queues several in ``queue``
+(answered in order, then ``reply`` again), and reads back ``requests``: the JSON bodies
+the client sent, in order. Replies can be slow (``delay_s``, then the answer), hang past
+the client's timeout, be truncated (cut mid-answer, ``finish_reason = "length"``),
+malformed (any text), refusing, or an HTTP error.
 
     with running_server() as server:
         server.reply = Reply.json({"effects": []})
@@ -36,6 +39,8 @@ class Reply:
     refusal: str | None = None
     status: int = 200
     hang_s: float = 0.0
+    delay_s: float = 0.0
+    finish_reason: str = "stop"
 
     @classmethod
     def json(cls, obj: Any) -> "Reply":
@@ -57,10 +62,22 @@ class Reply:
     def hang(cls, seconds: float) -> "Reply":
         return cls(hang_s=seconds)
 
+    @classmethod
+    def slow(cls, seconds: float, obj: Any) -> "Reply":
+        """A valid answer after ``seconds`` (inside the client's timeout)."""
+        return cls(content=json.dumps(obj), delay_s=seconds)
+
+    @classmethod
+    def truncated(cls, obj: Any, keep: float = 0.5) -> "Reply":
+        """The first ``keep`` share of a JSON answer, cut as a model out of tokens would."""
+        text = json.dumps(obj)
+        return cls(content=text[: int(len(text) * keep)], finish_reason="length")
+
 
 class ScriptedLLMServer:
     def __init__(self) -> None:
         self.reply = Reply.json({})
+        self.queue: list[Reply] = []
         self.requests: list[dict[str, Any]] = []
         self.port = 0
         self.app = self._build_app()
@@ -71,6 +88,7 @@ class ScriptedLLMServer:
 
     def reset(self, reply: Reply | None = None) -> None:
         self.reply = reply or Reply.json({})
+        self.queue.clear()
         self.requests.clear()
 
     def _build_app(self) -> FastAPI:
@@ -80,7 +98,9 @@ class ScriptedLLMServer:
         async def chat_completions(request: Request) -> JSONResponse:
             body = await request.json()
             self.requests.append(body)
-            reply = self.reply
+            reply = self.queue.pop(0) if self.queue else self.reply
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
             if reply.hang_s:
                 await _hang(request, reply.hang_s)
             if reply.status != 200:
@@ -109,7 +129,7 @@ def _completion(body: dict[str, Any], reply: Reply, *, num: int) -> dict[str, An
         "choices": [{
             "index": 0,
             "message": {"role": "assistant", "content": reply.content, "refusal": reply.refusal},
-            "finish_reason": "stop",
+            "finish_reason": reply.finish_reason,
             "logprobs": None,
         }],
         "usage": {

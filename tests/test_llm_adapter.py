@@ -9,6 +9,7 @@ import math
 import pytest
 
 from infrarsi.adapters.llm import (
+    LLMUnavailableError,
     CONFIDENT_LOG_STD, LLMClient, LLMEndpointError, LLMSettings, PatchProposal,
     confidence_to_log_std, patch_or_none, priors_or_fallback,
 )
@@ -230,3 +231,16 @@ def test_patch_refusal_or_bad_effect_gives_no_proposal(server):
     proposal, (warning,) = patch_or_none(settings_for(server), "faster", {"train.py": ""}, ["train.py"])
     assert proposal is None and "malformed answer" in warning
     assert patch_or_none(None, "faster", {"train.py": ""}, ["train.py"]) == (None, [])
+
+
+def test_a_slow_answer_inside_the_timeout_is_used_and_a_truncated_one_is_malformed(server):
+    answer = {"effects": [{"knob": "micro_batch", "value": "4", "time_multiplier": 0.8, "memory_multiplier": 1.5,
+                           "confidence": 0.5, "rationale": "bigger kernels"}]}
+    settings = LLMSettings(base_url=server.base_url, model="m", timeout_s=5.0, max_retries=0)
+    server.reset(Reply.slow(0.5, answer))
+    client = LLMClient(settings)
+    priors = client.propose_priors(SPACE, BASELINE, workload_description="w", hardware_description="h")
+    assert priors.get("micro_batch", 4).log_time_mean == pytest.approx(math.log(0.8))
+    server.reset(Reply.truncated(answer))
+    with pytest.raises(LLMUnavailableError, match="malformed answer"):
+        client.propose_priors(SPACE, BASELINE, workload_description="w", hardware_description="h")

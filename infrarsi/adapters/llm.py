@@ -1,5 +1,7 @@
 """The one module that talks to an LLM: knob priors and code patch proposals from any
-OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, a llama.cpp server, ...).
+OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, a llama.cpp server, ...). The run stage
+asks for priors once and, through ``infrarsi.patch_sources``, for patches after doctor and
+when the search stalls; every patch answer goes through the patch gate.
 
 Both questions use structured output (``chat.completions.parse`` with a pydantic
 ``response_format``), so the answer arrives as a validated object or not at all.
@@ -102,7 +104,8 @@ class PatchProposal(BaseModel):
 
     title: str
     rationale: str
-    unified_diff: str = Field(description="a unified diff that `git apply -p1` accepts at the repository root")
+    unified_diff: str = Field(description="a unified diff that `git apply -p1` accepts in the folder of the files "
+                              "shown (paths as shown, with a/ and b/ prefixes)")
     files_touched: list[str]
     expected_time_effect: float = Field(gt=0, description="step time after / before; 0.9 = 10% faster")
     expected_memory_effect: float = Field(gt=0, description="peak memory after / before")
@@ -357,7 +360,8 @@ _PATCH_SYSTEM = (
     "You propose one code change that makes an LLM training job faster or lighter in device "
     "memory without changing what it computes: same model, data, seed and loss trajectory "
     "within noise. Change only files inside the editable scope. Reply with a unified diff "
-    "that `git apply -p1` accepts at the repository root (a/ and b/ prefixes), the files it "
+    "that `git apply -p1` accepts in the folder of the files shown (their paths as shown, with "
+    "a/ and b/ prefixes), the files it "
     "touches, its expected effect on step time and peak memory as multipliers (0.9 = 10% "
     "less), and the preconditions under which it is correct."
 )

@@ -5,7 +5,8 @@ config runs unless one of its units fires, unit u firing with probability q_u. q
 Beta prior whose mean spreads a small per-config base crash rate over the units; it is
 fitted by EM, so a crash is blamed on the units that ok trials have not exonerated (a
 crashing pair is told apart from its two settings, which run fine elsewhere). Every unit
-keeps the ids of the crashed trials that hold it, as evidence for the report.
+keeps the ids of the crashed trials that hold it, and their reason classes (crash,
+invalid, timeout, contract_violation), as evidence for the report.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ import numpy as np
 from infrarsi.knobs import KnobSpace
 from infrarsi.trial import Outcome
 
-CRASH_OUTCOMES = (Outcome.CRASH, Outcome.INVALID, Outcome.TIMEOUT)
+# A contract violation counts too: the settings (or patch) that broke the contract once
+# would break it again, so they are learned against like a crash.
+CRASH_OUTCOMES = (Outcome.CRASH, Outcome.INVALID, Outcome.TIMEOUT, Outcome.CONTRACT_VIOLATION)
+# The reason class each failure is reported under.
+REASON_CLASS = {Outcome.CRASH: "crash", Outcome.INVALID: "invalid", Outcome.TIMEOUT: "timeout",
+                Outcome.CONTRACT_VIOLATION: "contract_violation"}
 # A priori ~5% of configs fail for non-memory reasons (compile errors, unsupported
 # combinations), worth a few pseudo-trials: the stack's own crash rate, measured on the
 # trials so far, soon replaces it (empirical Bayes), so an untried unit is as risky as
@@ -37,6 +43,7 @@ class CrashModel:
     single: list[np.ndarray] = field(init=False)
     pair: dict[tuple[int, int], np.ndarray] = field(init=False)
     evidence: dict[tuple, list[str]] = field(init=False, default_factory=dict)
+    reasons: dict[str, str] = field(init=False, default_factory=dict)  # trial id -> reason class
 
     def __post_init__(self) -> None:
         self._reset()
@@ -58,8 +65,11 @@ class CrashModel:
         cols += [self.pair[(i, j)][x[:, i], x[:, j]] for i, j in self.knob_pairs]
         return np.stack(cols, axis=1) if cols else np.zeros((len(x), 0))
 
-    def fit(self, index_matrix: np.ndarray, crashed: np.ndarray, trial_ids: list[str]) -> "CrashModel":
-        """EM for the noisy-OR on every trial that ran or crashed (not OOMs)."""
+    def fit(self, index_matrix: np.ndarray, crashed: np.ndarray, trial_ids: list[str],
+            reasons: list[str] | None = None) -> "CrashModel":
+        """EM for the noisy-OR on every trial that ran or crashed (not OOMs); ``reasons``:
+        each trial's reason class, for the report."""
+        self.reasons = dict(zip(map(str, trial_ids), reasons)) if reasons is not None else {}
         x = np.asarray(index_matrix, dtype=np.int64).reshape(-1, len(self.space.knobs))
         crashed = np.asarray(crashed, dtype=bool)
         self._reset((crashed.sum() + _BASE_RATE_PRIOR_TRIALS * _BASE_CRASH_RATE)
@@ -122,7 +132,8 @@ class CrashModel:
             q = self._hazard(unit)
             if q >= threshold:
                 out.append({"settings": self._label(unit), "crash_probability": round(q, 4),
-                            "crashed_trials": sorted(trial_ids), "num_trials": int(self._count_of(unit))})
+                            "crashed_trials": sorted(trial_ids), "num_trials": int(self._count_of(unit)),
+                            "reasons": sorted({self.reasons.get(t, "crash") for t in trial_ids})})
         return sorted(out, key=lambda d: -d["crash_probability"])
 
     def _count_of(self, unit: tuple) -> float:

@@ -2,7 +2,7 @@
 
 For each setting, the prior mean of its log-time and log-memory effect is compared with the
 posterior mean; a gap of more than ``num_sd`` prior standard deviations flags the prior as
-miscalibrated (reported, and written back to the bank by the apply stage).
+miscalibrated (reported, and stored with the campaign in the experience bank when it ends).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The InfraRSI engine as a proposer: diverse start, then model-based selection.
 
 After every result it refits the global time model (ok trials), the censored memory model
-(ok trials and OOMs) and the crash model (ok trials and crashes), then scores every unseen
+(ok trials and OOMs) and the crash model (ok trials and crashes, invalid configs,
+timeouts and contract violations), then scores every unseen
 feasible config by EI x P(fit) x P(no crash), among configs that clear a bar on P(fit) and
 on P(no crash) (``FIT_BAR``, ``START_BAR``); when the predicted-fastest config does not
 fit, it pairs the memory hog with the cheapest savers (``selection.pair_with_savers``).
@@ -16,7 +17,7 @@ import numpy as np
 
 from infrarsi.engine import start
 from infrarsi.engine.builtin_priors import builtin_priors
-from infrarsi.engine.crash_model import CRASH_OUTCOMES, CrashModel
+from infrarsi.engine.crash_model import CRASH_OUTCOMES, REASON_CLASS, CrashModel
 from infrarsi.engine.encoding import Encoding
 from infrarsi.engine.memory_model import AT_LEAST, BELOW, EXACT, MemoryModel
 from infrarsi.engine.revision import revise_priors
@@ -72,7 +73,7 @@ class InfraRSIProposer(Proposer):
         self._fit_memory()
         ran = [r for r in self.history if r.outcome is Outcome.OK or r.outcome in CRASH_OUTCOMES]
         self.crash_model.fit(self.encoding.configs([r.config for r in ran]), np.array([r.outcome in CRASH_OUTCOMES for r in ran]),
-                             [r.trial_id for r in ran])
+                             [r.trial_id for r in ran], [REASON_CLASS.get(r.outcome, "ok") for r in ran])
         self._stale = False
 
     def _fit_memory(self) -> None:

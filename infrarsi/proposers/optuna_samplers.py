@@ -1,8 +1,9 @@
 """Optuna samplers (TPE, GP) as proposers, driven by ask-and-tell.
 
 Optuna samplers ignore FAIL trials, so an OOM recorded as FAIL would teach them nothing.
-Here every finished trial is told as COMPLETE with constraints ``oom`` and ``crash``
-(``Trial.set_constraint``; feasible when <= 0) and, for failures, a pessimistic value (the worst time seen), so
+Here every finished trial is told as COMPLETE with constraints ``oom``, ``crash`` (crash,
+invalid, timeout) and ``violation`` (contract violation) (``Trial.set_constraint``;
+feasible when <= 0) and, for failures, a pessimistic value (the worst time seen), so
 constraint-aware samplers learn where the memory wall and the crashes are.
 ``SearchContext.extra["warm_start_configs"]`` are enqueued, so a sampler can start from
 the same configs as the engine; priors they cannot take.
@@ -19,6 +20,9 @@ from infrarsi.knobs import Config
 from infrarsi.proposers.base import Proposer, SearchContext
 from infrarsi.trial import Outcome, TrialResult
 
+
+
+_CONSTRAINT = {Outcome.OOM: "oom", Outcome.CONTRACT_VIOLATION: "violation"}
 
 
 class _OptunaProposer(Proposer):
@@ -82,12 +86,13 @@ class _OptunaProposer(Proposer):
 
     def _observe(self, result: TrialResult) -> None:
         key = self.space.key(result.config)
+        # One constraint per reason class; a contract violation is its own.
+        cons = {"oom": 0.0, "crash": 0.0, "violation": 0.0}
         if result.outcome is Outcome.OK:
-            value, cons = math.log(result.step_time_s), {"oom": 0.0, "crash": 0.0}
-        elif result.outcome is Outcome.OOM:
-            value, cons = self._penalty(), {"oom": 1.0, "crash": 0.0}
+            value = math.log(result.step_time_s)
         else:
-            value, cons = self._penalty(), {"oom": 0.0, "crash": 1.0}
+            value = self._penalty()
+            cons[_CONSTRAINT.get(result.outcome, "crash")] = 1.0
         self._known[key] = (value, cons)
         trial = self._pending.pop(key, None)
         if trial is not None:

@@ -77,7 +77,9 @@ def _contribution_lines(minimize: Mapping[str, Any] | None) -> list[str]:
 def commit_message(contract: Contract, doctor: DoctorReport, verification: VerificationReport,
                    minimize: Mapping[str, Any] | None = None) -> str:
     v = verification.promoted
-    changed = {k: val for k, val in v.config.items() if doctor.baseline.get(k) != val}
+    # A patch knob added during the run is off in a baseline recorded before it existed.
+    changed = {k: val for k, val in v.config.items()
+               if doctor.baseline.get(k, False if k.startswith("patch_") else None) != val}
     return "\n".join([
         f"infrarsi: promote {', '.join(f'{k}={val}' for k, val in changed.items())}",
         "",

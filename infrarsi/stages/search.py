@@ -1,12 +1,22 @@
 """run (search half): the proposer suggests, trials fan out over the pool, every result
-is checked against the contract, recorded, and fed back before the next suggestion."""
+is checked against the contract, recorded, and fed back before the next suggestion.
+
+Before the first suggestion (after doctor), and again whenever the search stalls, a patch
+round (``stages.patching``) asks the patch sources for code changes aimed at doctor's
+profile; each accepted patch becomes a knob, the proposer is rebuilt over the grown space
+and replays the history with the new knob off, and the patch is measured first on the best
+config so far. Start configs and priors come from the experience bank (``infrarsi.bank``)
+unless it is off."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from typing import Any
 
 from infrarsi.checks import enforce
+from infrarsi.knobs import Config
+from infrarsi.priors import Priors
 from infrarsi.proposers import Proposer, SearchContext, make_proposer
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.doctor import DoctorReport, baseline_observation
@@ -55,12 +65,35 @@ def priors_from_json(data: dict[str, Any]) -> Any:
     return Priors.of((SettingPrior(**p) for p in data["settings"]), data["source"])
 
 
-def build_proposer(rt: CampaignRuntime, name: str, priors: Any = None) -> Proposer:
+def build_proposer(rt: CampaignRuntime, name: str, priors: Any = None,
+                   experience: tuple[Config, ...] = ()) -> Proposer:
     spec = rt.spec
     ctx = SearchContext(space=rt.space, baseline=rt.space.validate(spec.baseline),
                         memory_capacity_bytes=int(spec.device.memory_capacity), seed=spec.search.seed,
-                        priors=priors, on_cpu=rt.spec.trials_on_cpu)
+                        priors=with_patch_priors(priors, rt), on_cpu=rt.spec.trials_on_cpu,
+                        experience_configs=tuple(experience))
     return make_proposer(name, ctx)
+
+
+def with_patch_priors(priors: Any, rt: CampaignRuntime) -> Any:
+    """``priors`` plus each patch's own claim (expected time and memory multipliers) as a
+    weak prior on its knob."""
+    from infrarsi.patches import contract_patches
+    from infrarsi.priors import Priors, SettingPrior
+
+    claims = [SettingPrior(knob=p.knob, value=True, log_time_mean=math.log(p.expected_time_effect),
+                           log_memory_mean=math.log(p.expected_memory_effect), source="patch metadata",
+                           rationale=p.title) for p in contract_patches(rt.contract)]
+    if not claims:
+        return priors
+    own = Priors.of(claims, "patch metadata")
+    return own.merged_over(priors) if isinstance(priors, Priors) else own
+
+
+def _padded(r: TrialResult, names: list[str]) -> TrialResult:
+    """A trial run before a patch knob existed had that patch off."""
+    missing = [n for n in names if n not in r.config]
+    return r.replace(config={**r.config, **dict.fromkeys(missing, False)}) if missing else r
 
 
 def _final(results: list[TrialResult], roles: set[Role]) -> list[TrialResult]:
@@ -69,19 +102,45 @@ def _final(results: list[TrialResult], roles: set[Role]) -> list[TrialResult]:
 
 def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str, num_trials: int,
                priors: Any = None) -> SearchOutcome:
-    proposer = build_proposer(rt, proposer_name, priors if priors is not None else search_priors(rt))
+    from infrarsi.stages import patching
+
+    priors = priors if priors is not None else search_priors(rt)
+    patching.restore(rt)
+    experience, bank_priors = search_experience(rt)
+    if bank_priors is not None:  # measured on similar jobs: over the built-in or LLM guesses
+        priors = bank_priors.merged_over(priors) if isinstance(priors, Priors) else bank_priors
     history = rt.ledger.trials()
+    observed = _final(history, {Role.DOCTOR, Role.SEARCH})  # what the proposer has seen, in order
     if not _final(history, {Role.DOCTOR}):  # doctor came from the cache
-        proposer.observe(baseline_observation(doctor, int(rt.spec.device.memory_capacity)))
-    for r in _final(history, {Role.DOCTOR, Role.SEARCH}):  # a resumed campaign replays its ledger
-        proposer.observe(r)
+        observed.insert(0, baseline_observation(doctor, int(rt.spec.device.memory_capacity)))
+
+    def rebuilt(old: Proposer | None = None) -> Proposer:  # over the current space, the history replayed
+        p = build_proposer(rt, proposer_name, priors, experience)
+        for r in observed:
+            p.observe(_padded(r, rt.space.names))
+        if hasattr(old, "num_started"):  # the engine's diverse start is spent once per campaign
+            p.num_started = old.num_started
+        return p
+
     done = _final(history, {Role.SEARCH})
+    proposer = rebuilt()
     pool = rt.pool
     batch = rt.spec.search.batch_size or pool.num_slots
     submitted = len(done)
+    queued: list[Config] = []  # patch measurements, run before the proposer's next picks
+    max_rounds = rt.spec.search.patch_rounds if patching.patch_sources(rt.spec, None) else 0
+    last_round = len(done)
     while True:
+        rounds = patching.rounds_done(rt)
+        if (not pool.busy and not queued and submitted < num_trials and rounds < max_rounds
+                and (rounds == 0 or (patching.stalled(done) and len(done) - last_round >= patching.STALL_TRIALS))):
+            queued = patching.patch_round(rt, doctor, observed, why="after doctor" if rounds == 0 else "search stalled")
+            last_round = len(done)
+            if queued:
+                proposer = rebuilt(proposer)
         while pool.free_slots and submitted < num_trials:
-            configs = proposer.suggest(min(pool.free_slots, batch, num_trials - submitted))
+            configs = [queued.pop(0)] if queued else proposer.suggest(min(pool.free_slots, batch,
+                                                                          num_trials - submitted))
             if not configs:
                 break
             for cfg in configs:
@@ -96,12 +155,33 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
                 pool.submit(again)
             rt.record(r)
             if not r.extra.get("retried"):
-                proposer.observe(r)
                 done.append(r)
+                observed.append(r)
+                if patching.retire_violators(rt, r):
+                    proposer = rebuilt(proposer)
+                else:
+                    proposer.observe(_padded(r, rt.space.names))
     outcome = SearchOutcome(proposer=proposer_name, trials=tuple(done), describe=proposer.describe())
     rt.cdir.write_json(rt.cdir.search, {"proposer": proposer_name, "describe": outcome.describe,
                                         "num_trials": len(done)})
     return outcome
+
+
+def search_experience(rt: CampaignRuntime) -> tuple[tuple[Config, ...], Any]:
+    """Start configs and priors from the experience bank's nearest past campaigns (none
+    when the bank is off or empty); what was read is a ledger event."""
+    from infrarsi.bank import open_bank
+    from infrarsi.bank_campaign import experience_for
+
+    store = open_bank(rt.settings.bank)
+    if store is None:
+        return (), None
+    found = experience_for(store, rt)
+    if found.used:
+        rt.ledger.append("experience", {"bank": str(store.path), "campaigns": list(found.used),
+                                        "configs": [dict(c) for c in found.configs],
+                                        "num_priors": len(found.priors.settings) if found.priors else 0})
+    return found.configs, found.priors
 
 
 def finalists(trials: list[TrialResult] | tuple[TrialResult, ...], doctor: DoctorReport, num: int) -> list[TrialResult]:

@@ -1,0 +1,103 @@
+"""The experience bank: SQLite round trip, similarity, what a new campaign reads, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from infrarsi.bank import Bank, CampaignRecord, distance, nearest, open_bank, project
+from infrarsi.bank_campaign import sim_features
+from infrarsi.cli import main
+from infrarsi.sim import sim_workload
+from infrarsi.trial import Outcome, Role, TrialResult
+
+H100 = {"gpu": "h100-sxm-80gb", "num_devices": 8, "memory_bytes": 80 * 2**30, "cpu": None}
+A100 = {**H100, "gpu": "a100-80gb"}
+DENSE = {"num_params": 9e9, "num_layers": 32, "seq_len": 4096, "moe": False, "tokens_per_step": 262144}
+
+
+def trial(i: int, config: dict, outcome: Outcome = Outcome.OK, step: float = 1.0) -> TrialResult:
+    return TrialResult(trial_id=f"t{i}", config=config, role=Role.SEARCH, outcome=outcome, step_time_s=step,
+                       peak_memory_bytes=1000 + i, reason="" if outcome is Outcome.OK else "boom")
+
+
+def record(cid: str, hw: dict, wl: dict, trials: list[TrialResult], **kw) -> CampaignRecord:
+    return CampaignRecord(id=cid, name=cid, backend="sim", proposer="engine", hardware=hw, workload=wl,
+                          baseline={"a": 1, "b": "x"}, baseline_step_time_s=2.0, trials=tuple(trials), **kw)
+
+
+def test_a_campaign_round_trips_through_sqlite_and_can_be_forgotten(tmp_path):
+    bank = Bank(tmp_path / "bank.sqlite")
+    rec = record("c1", H100, DENSE, [trial(1, {"a": 2, "b": "x"}, step=0.5), trial(2, {"a": 4}, Outcome.OOM)],
+                 effects=({"knob": "a", "value": 2, "log_time_effect": -0.7, "log_time_sd": 0.1,
+                           "log_memory_effect": 0.2, "log_memory_sd": 0.1},),
+                 patches=({"name": "p", "source": "builtin", "accepted": True, "reason": None, "log_time_effect": -0.03,
+                           "patch": {"name": "p"}},), promoted={"a": 2, "b": "x"}, prior_revision=[{"knob": "a"}])
+    bank.add(rec)
+    bank.add(rec)  # recorded again (a resumed campaign): replaced, not doubled
+    [row] = bank.list()
+    assert row["id"] == "c1" and row["num_trials"] == 2 and row["best_step_time_s"] == 0.5
+    back = Bank(tmp_path / "bank.sqlite").get("c1")
+    assert back.trials == rec.trials and back.effects == rec.effects and back.patches == rec.patches
+    assert back.hardware == H100 and back.promoted == rec.promoted and back.best.trial_id == "t1"
+    assert bank.forget("c1") and bank.list() == [] and not bank.forget("c1")
+
+
+def test_the_bank_is_off_or_at_a_path(tmp_path, monkeypatch):
+    assert open_bank("off") is None
+    monkeypatch.setenv("INFRARSI_BANK", str(tmp_path / "env.sqlite"))
+    assert open_bank(None).path == tmp_path / "env.sqlite"
+    assert open_bank(tmp_path / "x.sqlite").path == tmp_path / "x.sqlite"
+
+
+def test_distance_orders_hardware_and_workload_changes():
+    same = distance(H100, DENSE, H100, DENSE)
+    bigger = distance(H100, DENSE, H100, {**DENSE, "num_params": 27e9, "num_layers": 64})
+    other_gpu = distance(H100, DENSE, A100, DENSE)
+    moe = distance(H100, DENSE, H100, {**DENSE, "moe": True})
+    assert same == 0 < bigger < other_gpu <= moe
+    hw, wl = sim_features("dense-9b-h100")
+    assert hw["gpu"] == "h100-sxm-80gb" and wl["moe"] is False and wl["tokens_per_step"] == 4096 * 64
+
+
+def test_configs_are_projected_onto_the_new_space():
+    space = sim_workload("debug").space
+    base = dict(sim_workload("debug").baseline)
+    assert project({"tp": 2, "dp": 2, "unknown_knob": 7}, space, base) == {**base, "tp": 2, "dp": 2}
+    assert project({"tp": 3}, space, base) is None  # outside the domain
+    assert project({"tp": 2, "dp": 4}, space, base) is None  # infeasible: tp * dp != 4
+
+
+def test_nearest_campaigns_give_start_configs_and_widened_priors():
+    space = sim_workload("debug").space
+    base = dict(sim_workload("debug").baseline)
+    effect = {"knob": "compile", "value": True, "log_time_effect": -0.2, "log_time_sd": 0.05,
+              "log_memory_effect": 0.0, "log_memory_sd": 0.05}
+    base_rec = {"baseline": base}
+    near = record("near", H100, DENSE, [trial(1, {**base, "tp": 2, "dp": 2}, step=0.4),
+                                        trial(2, {**base, "compile": True}, step=0.6)], effects=(effect,))
+    far = record("far", A100, {**DENSE, "moe": True}, [trial(3, {**base, "tp": 4, "dp": 1}, step=0.1)],
+                 effects=({**effect, "log_time_effect": -1.0},))
+    near, far = (CampaignRecord(**{**r.__dict__, **base_rec}) for r in (near, far))
+    found = nearest([far, near], hardware=H100, workload=DENSE, space=space, baseline=base)
+    assert [u["id"] for u in found.used] == ["near", "far"] and found.used[0]["weight"] == 1.0
+    assert found.configs[:2] == ({**base, "tp": 2, "dp": 2}, {**base, "compile": True})
+    prior = found.priors.get("compile", True)
+    w_far = math.exp(-found.used[1]["distance"])
+    assert prior.log_time_mean == pytest.approx((-0.2 + w_far * -1.0) / (1 + w_far))
+    assert prior.source == "bank" and prior.log_time_std == pytest.approx(math.hypot(0.05, 0.0, 0.05))
+
+
+def test_bank_cli_lists_shows_and_forgets(tmp_path, capsys):
+    path = tmp_path / "bank.sqlite"
+    Bank(path).add(record("c9", H100, DENSE, [trial(1, {"a": 2}, step=0.5)]))
+    assert main(["bank", "--path", str(path), "--json", "list"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["id"] == "c9"
+    assert main(["bank", "--path", str(path), "show", "c9"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["best"]["step_time_s"] == 0.5 and shown["outcomes"] == {"ok": 1}
+    assert main(["bank", "--path", str(path), "show", "nope"]) == 2
+    assert "infrarsi bank list" in capsys.readouterr().err
+    assert main(["bank", "--path", str(path), "forget", "c9"]) == 0 and Bank(path).list() == []
