@@ -16,12 +16,10 @@ from typing import Any, Mapping
 from infrarsi.checks import LossReference, enforce
 from infrarsi.errors import ContractError
 from infrarsi.knobs import Config
+from infrarsi.loss_calibration import TOLERANCE_MARGIN, calibrate_loss
+from infrarsi.loss_contract import LossContract
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.trial import Outcome, Role, TrialResult
-
-# An honest variant's worst loss deviation, times this, is the tolerance: candidates are
-# run once, so the bound must sit clearly above what legitimate changes do.
-TOLERANCE_MARGIN = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,9 +38,14 @@ class DoctorReport:
     phases_s: Mapping[str, float]
     tokens_per_step: int | None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    loss_contract: Mapping[str, Any] = field(default_factory=dict)  # LossContract.to_json()
 
     @property
-    def loss_reference(self) -> LossReference:
+    def loss_reference(self) -> LossReference | LossContract:
+        """What trials are checked against: the class-aware loss contract doctor calibrated
+        (a report made without one: the baseline's losses at ``loss_tolerance``)."""
+        if self.loss_contract:
+            return LossContract.from_json(self.loss_contract)
         return LossReference(losses=self.reference_losses, tolerance=self.loss_tolerance)
 
     def to_json(self) -> dict[str, Any]:
@@ -75,21 +78,15 @@ def _baseline_runs(rt: CampaignRuntime) -> list[TrialResult]:
     return runs
 
 
-def _calibrate(rt: CampaignRuntime, reference: tuple[float, ...], runs: list[TrialResult]) -> tuple[float, str, list]:
-    spec = rt.spec
-    ref = LossReference(losses=reference, tolerance=float("inf"))
-    spread = max(abs(ref.deviation(r.losses)[0]) for r in runs)
-    rows: list[dict[str, Any]] = [{"config": "baseline repeats", "deviation": spread}]
-    for variant in spec.calibration:
-        cfg = {**spec.baseline, **variant}
-        r = rt.run_one(cfg, Role.CALIBRATE, check=lambda t: enforce(t, spec.contract, None))
-        dev = ref.deviation(r.losses)[0] if r.outcome is Outcome.OK else None
-        rows.append({"config": variant, "outcome": r.outcome.value, "deviation": dev, "trial_id": r.trial_id})
-    if spec.contract.loss_tolerance is not None:
-        return spec.contract.loss_tolerance, "spec", rows
-    worst = max(abs(row["deviation"]) for row in rows if row["deviation"] is not None)
-    tol = max(spec.contract.min_loss_tolerance, TOLERANCE_MARGIN * worst)
-    return tol, f"calibrated: {TOLERANCE_MARGIN:g} x the largest honest deviation ({worst:.2e})", rows
+def _calibrate(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[float, str, list, LossContract]:
+    loss_contract, rows = calibrate_loss(rt, runs)
+    if rt.spec.contract.loss_tolerance is not None:
+        return rt.spec.contract.loss_tolerance, "spec", rows, loss_contract
+    warnings = "".join(f"; warning: {w}" for w in loss_contract.warnings)
+    source = (f"calibrated: {TOLERANCE_MARGIN:g} x the largest honest {loss_contract.signal} deviation in the "
+              f"baseline's numerics, at least {rt.spec.contract.min_loss_tolerance:g}; numerics-changing configs "
+              f"are held to their own class's reference (loss_contract){warnings}")
+    return loss_contract.tolerance, source, rows, loss_contract
 
 
 def run_doctor(rt: CampaignRuntime) -> DoctorReport:
@@ -101,7 +98,7 @@ def run_doctor(rt: CampaignRuntime) -> DoctorReport:
     clean = [r for r in runs if not r.extra.get("contaminated")]
     medians = [r.step_time_s for r in (clean if len(clean) >= 2 else runs)]
     reference = runs[0].losses
-    tol, source, rows = _calibrate(rt, reference, runs)
+    tol, source, rows, loss_contract = _calibrate(rt, runs)
     within = statistics.median(_cv(list(r.step_times_s)) for r in runs)
     phase_keys = sorted({k for r in runs for k in r.phases_s})
     report = DoctorReport(
@@ -110,7 +107,7 @@ def run_doctor(rt: CampaignRuntime) -> DoctorReport:
         within_run_cv=within, reference_losses=tuple(reference), loss_tolerance=tol, loss_tolerance_source=source,
         calibration=tuple(rows), peak_memory_bytes=max(r.peak_memory_bytes or 0 for r in runs),
         phases_s={k: statistics.median(r.phases_s.get(k, 0.0) for r in runs) for k in phase_keys},
-        tokens_per_step=runs[0].tokens_per_step)
+        tokens_per_step=runs[0].tokens_per_step, loss_contract=loss_contract.to_json())
     rt.cdir.write_json(rt.cdir.doctor, report.to_json())
     return report
 

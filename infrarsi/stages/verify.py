@@ -26,6 +26,8 @@ from scipy import stats
 
 from infrarsi.checks import LossReference, enforce
 from infrarsi.knobs import Config
+from infrarsi.loss_calibration import canary_check
+from infrarsi.loss_contract import LossContract
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.trial import Outcome, Role, TrialResult
@@ -124,12 +126,20 @@ def _rounds(rt: CampaignRuntime, doctor: DoctorReport, candidates: list[TrialRes
         seed = canary_seed(contract.seed, round_index)
         a = rt.run_one(doctor.baseline, Role.VERIFY_BASELINE, seed=seed,
                        check=lambda r: enforce(r, contract, None))
-        reference = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
-                                  name=f"the baseline at canary seed {seed} ({a.trial_id})")
-        check = lambda r: enforce(r, contract, reference if a.outcome is Outcome.OK else None)  # noqa: E731
+        check = _canary_check(rt, doctor, a, seed, [candidates[i].config for i in alive])
         for i in alive:
             pairs[i].append((a, rt.run_one(candidates[i].config, Role.VERIFY, check=check, seed=seed)))
     return pairs
+
+
+def _canary_check(rt: CampaignRuntime, doctor: DoctorReport, a: TrialResult, seed: int, configs: list[Config]):
+    """Each candidate's loss against a run in its own numerics at the canary seed."""
+    contract, losses = rt.spec.contract, doctor.loss_reference
+    if isinstance(losses, LossContract):
+        return canary_check(rt, losses, a, seed, configs)
+    reference = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
+                              name=f"the baseline at canary seed {seed} ({a.trial_id})")
+    return lambda r: enforce(r, contract, reference if a.outcome is Outcome.OK else None)
 
 
 def run_verification(rt: CampaignRuntime, doctor: DoctorReport, candidates: list[TrialResult]) -> VerificationReport:
