@@ -6,8 +6,12 @@
   the global batch), never below ``contract.min_loss_tolerance``: near-exact where the job
   is deterministic up to reordering.
 - Every other numerics class a feasible config can fall in (e.g. ``precision=bf16``):
-  the baseline run in that class is its reference, and the first honest split run in that
-  class too calibrates its tolerance (never below the baseline class's).
+  the baseline run in that class is its reference. Its tolerance is ``TOLERANCE_MARGIN``
+  times the largest of the scores of the honest splits run in that class (every split of
+  the calibration) and of its reference against the baseline: one split alone is a poor
+  estimate of rounding noise (honest bf16 splits of one job scored 1e-4 to 7e-4), and a
+  precision change moves the loss about as far as its own noise does. Never below the
+  baseline class's tolerance.
 - The claim of ``contract.loss_signal`` is checked on the honest splits: a per-step loss
   that moves by more than ``SPLIT_CLAIM_LIMIT`` under an honest split is not a function of
   the global batch, and doctor stops with what to set instead.
@@ -76,9 +80,8 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[LossCo
     warnings = _check_claim(signal, window, splits)
     classes = [ClassReference(settings=(), losses=base.losses, eval_losses=base.eval_losses, tolerance=keeps_tol,
                               trial_ids=tuple(r.trial_id for r in runs), honest_score=max(scores + [s for _, s in splits]))]
-    split_variant = next((v for v, _ in splits), None)
     for cls in _classes(rt, baseline, knobs):
-        ref, row_list = _class_reference(rt, cls, class_runs.get(cls), split_variant, keeps_tol)
+        ref, row_list = _class_reference(rt, cls, base, class_runs.get(cls), [v for v, _ in splits], keeps_tol)
         classes.append(ref)
         rows += row_list
     if contract.loss_tolerance is not None:
@@ -97,30 +100,35 @@ def _classes(rt: CampaignRuntime, baseline: Config, knobs: tuple[str, ...]) -> l
     return classes
 
 
-def _class_reference(rt: CampaignRuntime, cls: NumericsClass, ref: TrialResult | None, split_variant: dict | None,
-                     keeps_tol: float) -> tuple[ClassReference, list[dict[str, Any]]]:
+def _class_reference(rt: CampaignRuntime, cls: NumericsClass, base: TrialResult, ref: TrialResult | None,
+                     split_variants: list[dict], keeps_tol: float) -> tuple[ClassReference, list[dict[str, Any]]]:
     """Class ``cls``'s reference run (reused from the calibration variants where one is
-    it) and its tolerance, from an honest split run in the same numerics."""
-    contract = rt.spec.contract
+    it) and its tolerance, from the honest splits run in the same numerics."""
+    signal, window = rt.spec.contract.loss_signal, rt.spec.contract.loss_window
     cfg = class_config(rt.space.validate(rt.spec.baseline), cls)
     ref = ref or _run(rt, cfg)
+    ok = ref.outcome is Outcome.OK
+    scores = [_score(base, ref, signal, window)] if ok else []
     rows = [{"config": dict(cls), "class": describe(cls), "outcome": ref.outcome.value, "trial_id": ref.trial_id,
-             "deviation": None, "score": None, "role": "class reference"}]
-    if ref.outcome is not Outcome.OK:
+             "deviation": None, "score": scores[0] if ok else None, "role": "class reference"}]
+    if not ok:
         return ClassReference(settings=cls, losses=(), tolerance=keeps_tol, trial_ids=(ref.trial_id,),
                               failure=f"{ref.outcome.value}: {ref.reason}"), rows
-    split_cfg = {**cfg, **(split_variant or {})}
-    if split_variant is None or not rt.space.is_feasible(split_cfg):
-        return ClassReference(settings=cls, losses=ref.losses, eval_losses=ref.eval_losses, tolerance=keeps_tol,
-                              trial_ids=(ref.trial_id,)), rows
-    split = _run(rt, split_cfg)
-    ok = split.outcome is Outcome.OK
-    score = _score(ref, split, contract.loss_signal, contract.loss_window) if ok else None
-    rows.append({"config": {**dict(cls), **split_variant}, "class": describe(cls), "outcome": split.outcome.value,
-                 "trial_id": split.trial_id, "deviation": None, "score": score, "role": "honest split in class"})
-    tol = max(keeps_tol, TOLERANCE_MARGIN * score) if ok else keeps_tol
-    return ClassReference(settings=cls, losses=ref.losses, eval_losses=ref.eval_losses, tolerance=tol,
-                          trial_ids=(ref.trial_id, split.trial_id), honest_score=score), rows
+    trial_ids = [ref.trial_id]
+    for variant in split_variants:
+        split_cfg = {**cfg, **variant}
+        if not rt.space.is_feasible(split_cfg):
+            continue
+        split = _run(rt, split_cfg)
+        score = _score(ref, split, signal, window) if split.outcome is Outcome.OK else None
+        rows.append({"config": {**dict(cls), **variant}, "class": describe(cls), "outcome": split.outcome.value,
+                     "trial_id": split.trial_id, "deviation": None, "score": score, "role": "honest split in class"})
+        trial_ids.append(split.trial_id)
+        if score is not None:
+            scores.append(score)
+    return ClassReference(settings=cls, losses=ref.losses, eval_losses=ref.eval_losses,
+                          tolerance=max([keeps_tol] + [TOLERANCE_MARGIN * s for s in scores]),
+                          trial_ids=tuple(trial_ids), honest_score=max(scores)), rows
 
 
 def _check_claim(signal: str, window: int, splits: list[tuple[dict, float]]) -> list[str]:

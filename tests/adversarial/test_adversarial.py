@@ -125,9 +125,8 @@ def test_doctor_calibrates_a_near_exact_fp32_tolerance_and_a_bf16_reference_of_i
     assert losses.tolerance <= bf16.tolerance < 1e-3  # the old single tolerance was at least 1e-3
 
 
-@pytest.mark.parametrize("patch,knobs", [
-    ("cached_causal_mask", {}), ("checkpoint_lm_head", {}), (None, {"micro_batch": 8}),
-    (None, {"precision": "bf16"}), (None, {"precision": "bf16", "micro_batch": 8}),
+@pytest.mark.parametrize("patch,knobs", [  # (doctor ran the calibration variants themselves)
+    ("cached_causal_mask", {}), ("checkpoint_lm_head", {}), (None, {"precision": "bf16", "micro_batch": 8}),
     ("cached_causal_mask", {"precision": "bf16"}),
 ])
 def test_honest_changes_keep_the_loss_contract_in_their_own_numerics(arena, patch, knobs):
