@@ -8,6 +8,7 @@ variants rejected and cheats accepted; both must be 0.
 
     python benchmarks/loss_contract.py                       # every job
     python benchmarks/loss_contract.py --jobs lastmb-eval    # one
+    python benchmarks/loss_contract.py --jobs builtin --flavour tiny   # the built-in spec, smaller model
 
 Jobs: ``builtin`` (workloads/gpt/campaign.toml, the debug flavour, as shipped),
 ``lastmb-eval`` and ``lastmb-window`` (tests/loss_contract/job: a trainer that reports its
@@ -20,10 +21,7 @@ import argparse
 import json
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
-
-import tomli_w
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "adversarial"), str(ROOT / "tests" / "loss_contract")]
@@ -53,14 +51,26 @@ BUILTIN_CHEATS = [("short_seq", {}), ("fewer_tokens", {}), ("skip_optimizer", {}
                   ("degrade_bf16", {"precision": "bf16"}), ("short_seq", {"precision": "bf16"})]
 
 
-def builtin_runtime(tmp: Path) -> CampaignRuntime:
+def _edited(text: str, edits: list[tuple[str, str]]) -> str:
+    for old, new in edits:
+        assert text.count(old) == 1, f"the built-in spec changed: {old!r} is not in it once"
+        text = text.replace(old, new)
+    return text
+
+
+def builtin_runtime(tmp: Path, flavour: str) -> CampaignRuntime:
+    """The built-in spec as shipped, with the cheats as patches (and on ``flavour``)."""
     spec_path = builtin_spec_path()
-    data = tomllib.loads(spec_path.read_text())
-    data["workload_dir"] = str(spec_path.parent)
-    data["patches"] = [str(train_cheat(tmp / "cheats", name)) for name in sorted({c for c, _ in BUILTIN_CHEATS})]
-    data.setdefault("resources", {})["max_remeasures"] = 0  # timing is not measured here
+    patches = [str(train_cheat(tmp / "cheats", name)) for name in sorted({c for c, _ in BUILTIN_CHEATS})]
+    edits = [('workload_dir = "."', f"workload_dir = {json.dumps(str(spec_path.parent))}\n"
+                                    f"patches = {json.dumps(patches)}"),
+             ("[resources]\n", "[resources]\nmax_remeasures = 0  # timing is not measured here\n")]
+    if flavour != "debug":  # the same spec on a smaller model (and shorter sequences) where time is short
+        edits += [('"--flavour", "debug"', f'"--flavour", "{flavour}"'), ("seq_len = 256", "seq_len = 128"),
+                  ("global_batch_tokens = 4096", "global_batch_tokens = 2048"),
+                  ('memory_capacity = "600MiB"', 'memory_capacity = "4GiB"')]
     path = tmp / "builtin.toml"
-    path.write_text(tomli_w.dumps(data))
+    path.write_text(_edited(spec_path.read_text(), edits))
     contract, cdir = init_campaign(path, tmp / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings())
     rt._pool = InlinePool()
@@ -95,9 +105,9 @@ def measure(rt: CampaignRuntime, honest: list[dict], cheats: list[tuple[str, dic
             "cheats_accepted": sum(r["kind"] == "cheat" and r["outcome"] == Outcome.OK.value for r in rows)}
 
 
-def job(name: str, tmp: Path) -> dict:
+def job(name: str, tmp: Path, flavour: str) -> dict:
     if name == "builtin":
-        return measure(builtin_runtime(tmp), BUILTIN_HONEST, BUILTIN_CHEATS)
+        return measure(builtin_runtime(tmp, flavour), BUILTIN_HONEST, BUILTIN_CHEATS)
     signal = name.split("-", 1)[1]
     rt = runtime(tmp, signal, [cheat_patch(tmp / "cheats", c) for c in JOB_CHEATS])
     return measure(rt, JOB_HONEST, [(c, {}) for c in JOB_CHEATS])
@@ -117,11 +127,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", default="builtin,lastmb-eval,lastmb-window")
     parser.add_argument("--json", type=Path, help="also write every run's outcome and reason here")
+    parser.add_argument("--flavour", default="debug", help="model flavour of the builtin job (debug as shipped; "
+                        "tiny, at seq 128 and 2048 tokens per step, runs in a fraction of the time)")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="loss-contract-") as tmp:
         for name in args.jobs.split(","):
-            results[name] = job(name, Path(tmp) / name)
+            results[name] = job(name, Path(tmp) / name, args.flavour)
             for row in results[name]["rows"]:
                 print(f"{name} {row['kind']:6} {json.dumps(row['config'])} -> {row['outcome']} {row['reason'][:160]}",
                       flush=True)
