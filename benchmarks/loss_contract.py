@@ -64,7 +64,8 @@ def builtin_runtime(tmp: Path, flavour: str) -> CampaignRuntime:
     patches = [str(train_cheat(tmp / "cheats", name)) for name in sorted({c for c, _ in BUILTIN_CHEATS})]
     edits = [('workload_dir = "."', f"workload_dir = {json.dumps(str(spec_path.parent))}\n"
                                     f"patches = {json.dumps(patches)}"),
-             ("[resources]\n", "[resources]\nmax_remeasures = 0  # timing is not measured here\n")]
+             ("[resources]\n", "[resources]\nmax_remeasures = 0  # timing is not measured here\n"),
+             ("trial_timeout_s = 150", "trial_timeout_s = 1200")]  # a loaded machine must not decide
     if flavour != "debug":  # the same spec on a smaller model (and shorter sequences) where time is short
         edits += [('"--flavour", "debug"', f'"--flavour", "{flavour}"'), ("seq_len = 256", "seq_len = 128"),
                   ("global_batch_tokens = 4096", "global_batch_tokens = 2048"),

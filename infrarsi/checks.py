@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from infrarsi.launcher import POLL_INTERVAL_S
 from infrarsi.spec import ContractSpec
 from infrarsi.trial import Outcome, TrialResult
 
+if TYPE_CHECKING:
+    from infrarsi.loss_contract import LossContract
 
 SIGNALS = ("step", "window", "eval")
 
@@ -97,7 +99,8 @@ class LossReference:
                 f"trend at the last point {dev.trend_end:+.2%}; tolerance {self.tolerance:.2%})"]
 
 
-def contract_problems(result: TrialResult, contract: ContractSpec, reference: "LossReference | Any | None") -> list[str]:
+def contract_problems(result: TrialResult, contract: ContractSpec,
+                      reference: "LossReference | LossContract | None") -> list[str]:
     """Every way an ok trial broke the contract; empty when it kept it. ``reference`` is a
     ``LossReference`` or a class-aware set of them (``LossContract``), which picks the
     reference in the trial's own numerics."""
@@ -112,7 +115,7 @@ def contract_problems(result: TrialResult, contract: ContractSpec, reference: "L
     if len(result.losses) != contract.num_steps:
         problems.append(f"reported {len(result.losses)} losses for {contract.num_steps} steps")
     problems += _timing_problems(result, contract)
-    if reference is not None and hasattr(reference, "reference_for"):
+    if reference is not None and not isinstance(reference, LossReference):
         reference, missing = reference.reference_for(result.config)
         if missing:
             problems.append(missing)
@@ -136,7 +139,8 @@ def _timing_problems(result: TrialResult, contract: ContractSpec) -> list[str]:
     return []
 
 
-def enforce(result: TrialResult, contract: ContractSpec, reference: LossReference | None) -> TrialResult:
+def enforce(result: TrialResult, contract: ContractSpec,
+            reference: "LossReference | LossContract | None") -> TrialResult:
     if result.outcome is not Outcome.OK:
         return result
     problems = contract_problems(result, contract, reference)

@@ -57,6 +57,9 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[LossCo
     baseline = rt.space.validate(spec.baseline)
     knobs = () if spec.backend == "sim" else changing_knobs(spec.knobs)
     base = runs[0]
+    if signal == "eval" and not base.eval_losses and spec.backend != "sim":
+        raise ContractError("contract.loss_signal = \"eval\" but the baseline reported no eval losses; make the "
+                            "job report `eval` events (eval_loss), or choose loss_signal \"step\" or \"window\"")
     legacy = LossReference(losses=base.losses, tolerance=float("inf"))
     scores = [_score(base, r, signal, window) for r in runs]
     rows: list[dict[str, Any]] = [{"config": "baseline repeats", "class": describe(()),

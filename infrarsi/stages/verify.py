@@ -9,7 +9,9 @@ A finalist is promoted only if that bound clears 1 + doctor's noise floor and ev
 of its runs keeps the loss trajectory (tests/test_promotion.py measures both error rates).
 
 Each round runs at its own canary seed (the contract's seed + 1000 + round), and every
-candidate run's losses are compared with its paired baseline run's at that seed. The
+candidate run's losses are compared with its paired baseline run's at that seed (a
+candidate in another numerics class, e.g. bf16, with a run of the baseline in that class
+at that seed, at that class's tolerance: ``infrarsi.loss_calibration.canary_check``). The
 search compared losses at the contract's seed, where a job that replays the baseline's
 recorded numbers while skipping the work is indistinguishable from an honest one; at a
 seed it has not seen, its replayed trajectory no longer matches.
