@@ -95,8 +95,13 @@ class LossReference:
         if dev.score <= self.tolerance:
             return []
         side = "below" if dev.signed < 0 else "above"
-        return [f"{what} is {dev.score:.2%} {side} {self.name} over the trajectory (mean {dev.mean:+.2%}, "
-                f"trend at the last point {dev.trend_end:+.2%}; tolerance {self.tolerance:.2%})"]
+        return [f"{what} is {_pct(dev.score)} {side} {self.name} over the trajectory (mean {_pct(dev.mean, '+')}, "
+                f"trend at the last point {_pct(dev.trend_end, '+')}; tolerance {_pct(self.tolerance)})"]
+
+
+def _pct(x: float, sign: str = "") -> str:
+    """A relative deviation as a percentage that stays readable at near-exact tolerances."""
+    return f"{x:{sign}.2%}" if abs(x) >= 1e-4 or x == 0 else f"{x * 100:{sign}.2g}%"
 
 
 def contract_problems(result: TrialResult, contract: ContractSpec,

@@ -109,11 +109,12 @@ def _class_reference(rt: CampaignRuntime, cls: NumericsClass, base: TrialResult,
     it) and its tolerance, from the honest splits run in the same numerics."""
     signal, window = rt.spec.contract.loss_signal, rt.spec.contract.loss_window
     cfg = class_config(rt.space.validate(rt.spec.baseline), cls)
-    ref = ref or _run(rt, cfg)
+    reused, ref = ref is not None, ref or _run(rt, cfg)
     ok = ref.outcome is Outcome.OK
     scores = [_score(base, ref, signal, window)] if ok else []
-    rows = [{"config": dict(cls), "class": describe(cls), "outcome": ref.outcome.value, "trial_id": ref.trial_id,
-             "deviation": None, "score": scores[0] if ok else None, "role": "class reference"}]
+    rows = [] if reused else [{"config": dict(cls), "class": describe(cls), "outcome": ref.outcome.value,
+                               "trial_id": ref.trial_id, "deviation": None, "score": scores[0] if ok else None,
+                               "role": "class reference"}]
     if not ok:
         return ClassReference(settings=cls, losses=(), tolerance=keeps_tol, trial_ids=(ref.trial_id,),
                               failure=f"{ref.outcome.value}: {ref.reason}"), rows
@@ -152,8 +153,8 @@ def _check_claim(signal: str, window: int, splits: list[tuple[dict, float]]) -> 
     if signal == "eval":
         raise ContractError(message + ". An eval loss computed on fixed held-out data depends only on the "
                             "weights: check that the job evaluates the same batches in every config")
-    return [message + f"; the check catches only changes larger than that. A longer contract.loss_window "
-            "or loss_signal = \"eval\" compares more closely"]
+    return [message + "; the check cannot tell changes of that size from honest ones. A longer "
+            "contract.loss_window or loss_signal = \"eval\" compares more closely"]
 
 
 
