@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/benchmark/cpu"))
     args = ap.parse_args()
     from flows.campaign import campaign
+    from infrarsi.options import CampaignOptions
     from infrarsi.testing import WIDE_KNOBS, oom_capacity, tiny_spec
 
     rows, t0 = [], time.perf_counter()
@@ -47,7 +48,7 @@ def main() -> None:
                 spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=args.budget, proposer=proposer,
                                  knobs=WIDE_KNOBS, seed=seed, num_finalists=2, name=f"{proposer}-{seed}.toml")
                 # The first campaign measures doctor afresh (this code, this machine); the rest reuse it.
-                s = campaign(spec=str(spec), out=str(tmp / "out"), fresh_doctor=not rows)
+                s = campaign(CampaignOptions(spec=str(spec), out=str(tmp / "out"), fresh_doctor=not rows))
                 rows.append({"seed": seed, "proposer": proposer, "verified_speedup": s["verified_speedup"] or 1.0,
                              "best_search_speedup": s["baseline_step_time_s"] / s["best_step_time_s"]
                              if s["best_step_time_s"] else 1.0,

@@ -59,6 +59,7 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=30)
     args = p.parse_args()
     from flows.campaign import campaign
+    from infrarsi.options import CampaignOptions
     from infrarsi.ledger import Ledger
     from infrarsi.workspace import CampaignDir
 
@@ -69,7 +70,7 @@ def main() -> None:
         spec = Path(tmp) / "noop.toml"
         spec.write_text(SPEC.format(dir=work, trials=args.trials))
         t0 = time.perf_counter()
-        summary = campaign(spec=str(spec), out=str(Path(tmp) / "out"))
+        summary = campaign(CampaignOptions(spec=str(spec), out=str(Path(tmp) / "out")))
         total_s = time.perf_counter() - t0
         events = [e for e in Ledger(CampaignDir(Path(summary["campaign_dir"])).ledger).events() if e["kind"] == "trial"]
     search = [e for e in events if e["role"] == "search"]

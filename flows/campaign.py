@@ -6,31 +6,39 @@ from typing import Any
 
 from prefect import flow
 
-from infrarsi.report import summarize
+from infrarsi import progress
+from infrarsi.options import CampaignOptions
+from infrarsi.report import campaign_metrics, summarize
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from tasks.publish import name_flow_run, publish_task
 from tasks.stages import (adopt_doctor_task, apply_task, doctor_task, init_task, report_task, search_task,
                           verify_task)
 
 
 @flow(name="infrarsi-campaign", log_prints=True)
-def campaign(spec: str | None = None, out: str = "campaigns", budget: int | None = None,
-             proposer: str | None = None, campaign_id: str | None = None, resume: str | None = None,
-             ray_address: str | None = None, tracking_uri: str | None = None,
-             concurrency: int | None = None, fresh_doctor: bool = False) -> dict[str, Any]:
-    """Tune one training job. ``spec``: a campaign TOML (default: the built-in GPT workload);
-    ``resume``: a campaign folder to finish instead of starting a new one."""
-    contract, cdir = init_task(spec, out, campaign_id, resume)
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings(ray_address=ray_address, tracking_uri=tracking_uri,
-                                                         concurrency=concurrency))
+def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
+    """Tune one training job: a new campaign from ``options.spec`` (a path or a git URL;
+    default: the built-in GPT workload), or the one in ``options.resume``."""
+    contract, cdir, opts = init_task(options)
+    name_flow_run(contract.campaign_id)
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(
+        ray_address=opts.ray_address, tracking_uri=opts.tracking_uri, concurrency=opts.concurrency,
+        parent_params={"proposer": opts.proposer, "num_trials": opts.budget, "concurrency": opts.concurrency or "auto"},
+        on_result=progress.publish))
     try:
-        doctor = doctor_task.with_options(refresh_cache=fresh_doctor or None)(rt)
+        doctor = doctor_task.with_options(refresh_cache=opts.fresh_doctor or None)(rt)
         adopt_doctor_task(rt, doctor)
-        search = search_task(rt, doctor, proposer or rt.spec.search.proposer, budget or rt.spec.budget.num_trials)
+        search = search_task(rt, doctor, opts.proposer, opts.budget)
         verification = verify_task(rt, doctor, search)
         report_task(cdir)
         apply_task(rt, doctor, verification)
         report_task(cdir)  # again, so the report names the branch
-        rt.finish(summarize(cdir))
+        summary = summarize(cdir)
+        publish_task(cdir, summary)
+        rt.finish(campaign_metrics(summary), tags={"infrarsi.branch": summary["branch"] or ""})
+    except BaseException as exc:  # the MLflow parent run never stays RUNNING
+        rt.fail("FAILED" if isinstance(exc, Exception) else "KILLED")
+        raise
     finally:
         rt.close()
-    return summarize(cdir)
+    return summary

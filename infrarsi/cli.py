@@ -1,4 +1,5 @@
-"""The ``infrarsi`` command: ``campaign`` runs the Prefect flow, ``report`` rebuilds a report."""
+"""The ``infrarsi`` command: ``campaign`` runs the Prefect flow, ``report`` rebuilds a report,
+``compare`` puts the campaigns of an MLflow store side by side."""
 
 from __future__ import annotations
 
@@ -6,10 +7,30 @@ import argparse
 import json
 import os
 import sys
-import threading
+import typing
 from pathlib import Path
 
 from infrarsi.errors import InfrarsiError
+from infrarsi.options import CampaignOptions
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    """One flag per field of CampaignOptions (``spec`` is the positional argument), with
+    the field's description as its help: the CLI and the flow take the same options."""
+    for name, field in CampaignOptions.model_fields.items():
+        help_text = field.description
+        if name == "spec":
+            parser.add_argument("spec", nargs="?", help=help_text)
+            continue
+        flag = "--" + name.replace("_", "-")
+        annotation = typing.get_args(field.annotation) or (field.annotation,)
+        kinds = [a for a in annotation if a is not type(None)]
+        if kinds == [bool]:
+            parser.add_argument(flag, action="store_true", help=help_text)
+        elif typing.get_origin(kinds[0]) is typing.Literal:
+            parser.add_argument(flag, choices=typing.get_args(kinds[0]), help=help_text)
+        else:
+            parser.add_argument(flag, type=kinds[0], metavar=name.upper(), help=help_text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,72 +38,67 @@ def _parser() -> argparse.ArgumentParser:
                                 "without changing what it trains.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("campaign", help="run a campaign: init -> doctor -> run -> report -> apply")
-    c.add_argument("spec", nargs="?", help="campaign TOML (default: the built-in GPT debug workload)")
-    c.add_argument("--budget", type=int, help="search trials (default: the spec's budget.num_trials)")
-    c.add_argument("--out", default="campaigns", help="folder that receives the campaign folder")
-    c.add_argument("--proposer", help="search strategy (default: the spec's; e.g. engine, tpe, random)")
-    c.add_argument("--resume", metavar="DIR", help="finish the campaign in DIR instead of starting one")
-    c.add_argument("--ray-address", help="an existing Ray cluster (default: a local Ray)")
-    c.add_argument("--tracking-uri", help="MLflow tracking URI (default: SQLite in the campaign folder)")
-    c.add_argument("--concurrency", type=int, help="parallel trial slots (default: device slots)")
-    c.add_argument("--fresh-doctor", action="store_true", help="re-measure the baseline even if cached")
+    _add_options(c)
     c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
     r.add_argument("dir")
     r.add_argument("--json", action="store_true")
+    m = sub.add_parser("compare", help="compare the campaigns of an MLflow store: one table, one plot")
+    m.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else the machine's "
+                                          "shared store in the infrarsi data folder)")
+    m.add_argument("--job", help="only campaigns of this job (spec name)")
+    m.add_argument("--hardware", help="only campaigns whose hardware hash or description contains this")
+    m.add_argument("--plot", default="compare.png", help="where the best-so-far plot goes (default: %(default)s)")
+    m.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     return p
 
 
-def _progress(ledger: Path, total: int, stop: threading.Event) -> None:
-    """A progress bar fed by the ledger, so it sees exactly what was recorded."""
-    from tqdm import tqdm
+def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
+    """(trials a campaign with ``options`` will record, trials already recorded), for the bar."""
+    from infrarsi.ledger import Ledger
+    from infrarsi.spec import load_spec
+    from infrarsi.stages.init import builtin_spec_path, git_spec, load_campaign
 
-    bar = tqdm(total=total, unit="trial", desc="trials", file=sys.stderr, dynamic_ncols=True)
-    seen = 0
-    while not stop.wait(0.5):
-        if not ledger.exists():
-            continue
-        lines = [json.loads(ln) for ln in ledger.read_text().splitlines() if ln.strip().endswith("}")]
-        trials = [e for e in lines if e.get("kind") == "trial"]
-        if len(trials) > seen:
-            last = trials[-1]
-            bar.total = max(bar.total, len(trials))
-            bar.update(len(trials) - seen)
-            bar.set_postfix_str(f"{last['role']} {last['outcome']}")
-            seen = len(trials)
-    bar.close()
+    if options.resume:
+        contract, cdir = load_campaign(Path(options.resume))
+        spec, done = contract.spec, len(Ledger(cdir.ledger).trials())
+        remembered = cdir.read_json(cdir.options) if cdir.options.exists() else {}
+        budget = options.budget or remembered.get("budget") or spec.budget.num_trials
+    elif options.spec and git_spec(options.spec):
+        return 0, 0  # cloned by init: not known yet
+    else:
+        spec, done = load_spec(options.spec or builtin_spec_path()), 0  # fails fast, before Prefect or Ray
+        budget = options.budget or spec.budget.num_trials
+    b = spec.budget
+    return budget + b.doctor_repeats + len(spec.calibration) + 2 * b.num_finalists * b.verify_pairs, done
 
 
 def _campaign(args: argparse.Namespace) -> dict:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    options = CampaignOptions.parse({k: getattr(args, k) for k in CampaignOptions.model_fields})
+    total, done = _expected_trials(options)
     from flows.campaign import campaign
-    from infrarsi.spec import load_spec
-    from infrarsi.stages.init import builtin_spec_path, new_campaign_id
+    from infrarsi import progress
 
-    campaign_id, root = None, Path(args.resume) if args.resume else None
-    if not args.resume:
-        spec = load_spec(args.spec or builtin_spec_path())  # fail fast, before Prefect or Ray start
-        campaign_id = new_campaign_id(spec)
-        root = Path(args.out) / campaign_id
-        total = (args.budget or spec.budget.num_trials) + spec.budget.doctor_repeats + len(spec.calibration) \
-            + 2 * spec.budget.num_finalists * spec.budget.verify_pairs
-    else:
-        total = 0
-    stop = threading.Event()
-    bar = None
-    if not args.no_progress:
-        bar = threading.Thread(target=_progress, args=(root / "ledger.jsonl", total, stop), daemon=True)
-        bar.start()
+    if args.no_progress:
+        return campaign(options)
+    from tqdm import tqdm
+
+    bar = tqdm(total=total or None, initial=done, unit="trial", desc="trials", file=sys.stderr, dynamic_ncols=True)
+
+    def on_result(result) -> None:  # called by the runtime for every recorded trial
+        bar.total = max(bar.total or 0, bar.n + 1)
+        bar.update(1)
+        bar.set_postfix_str(f"{result.role.value} {result.outcome.value}")
+
+    unsubscribe = progress.subscribe(on_result)
     try:
-        return campaign(spec=args.spec, out=args.out, budget=args.budget, proposer=args.proposer,
-                        campaign_id=campaign_id, resume=args.resume, ray_address=args.ray_address,
-                        tracking_uri=args.tracking_uri, concurrency=args.concurrency, fresh_doctor=args.fresh_doctor)
+        return campaign(options)
     finally:
-        stop.set()
-        if bar:
-            bar.join()
+        unsubscribe()
+        bar.close()
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
@@ -98,9 +114,25 @@ def _print_summary(summary: dict, as_json: bool) -> None:
         print(json.dumps(summary, sort_keys=True))
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from infrarsi.compare import compare, format_table
+    from infrarsi.workspace import default_tracking_uri
+
+    rows, plot = compare(args.tracking_uri or default_tracking_uri(), job=args.job, hardware=args.hardware,
+                         plot_path=Path(args.plot))
+    if args.json:
+        print(json.dumps({"campaigns": rows, "plot": str(plot) if plot else None}, sort_keys=True, default=str))
+    else:
+        print(format_table(rows))
+        print(f"plot: {plot}" if plot else "plot: none (no campaign has an ok search trial)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "compare":
+            return _compare(args)
         if args.command == "campaign":
             summary = _campaign(args)
         else:

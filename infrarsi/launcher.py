@@ -1,10 +1,15 @@
 """The `process` trial backend: launch the real job, watch it, and say how it ended.
 
 The harness owns the clock and the memory gauge. It launches the job without a shell
-(knob values are argv entries or environment variables, never spliced into a string),
-stamps each metrics line with its own monotonic clock as the line arrives, samples the
-resident memory of every process in the job's tree, and kills the whole tree (its own
-session) when the emulated device capacity or the timeout is crossed.
+(knob values are argv entries or environment variables, never spliced into a string).
+Reader threads read the job's stdout and stderr (teed to the trial's log.txt) and the
+metrics FIFO named by ``$INFRARSI_METRICS_FILE`` as they are written, and stamp each
+metrics line with the harness's monotonic clock when it arrives (``stamped_reader``);
+with ``[metrics] source = "log"`` the log adapter turns the job's own output lines into
+the events. A periodic sampler watches memory: on a trial with GPUs the device memory of
+every process in the job's tree (``device_memory``), on CPU their resident sets against
+the emulated capacity; it kills the whole tree (its own session) when the capacity or
+the timeout is crossed.
 """
 
 from __future__ import annotations
@@ -15,20 +20,30 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Callable, Mapping
 
 import psutil
 
 from infrarsi.contract import sha256_file
+from infrarsi.device_memory import DeviceMemoryGauge, DeviceMemoryUnavailable, open_nvml_gauge
 from infrarsi.knobs import Config, KnobSpace
-from infrarsi.spec import CampaignSpec
+from infrarsi.job_output import JobOutput
+from infrarsi.metrics_events import RecordedEvents
+from infrarsi.reporter import METRICS_FILE_ENV
+from infrarsi.spec import CampaignSpec, MetricsSpec
 from infrarsi.trial import Outcome, Role, TrialResult, is_out_of_memory
 
-POLL_INTERVAL_S = 0.02
-METRICS_ENV = "INFRARSI_METRICS_FILE"
+# Memory, CPU and timeout sampling. Not the clock: lines are stamped by reader threads.
+SAMPLE_INTERVAL_S = 0.02
+TREE_REFRESH_S = 0.1
+# How late a reader thread's stamp may be behind the job's write (its wake-up), per line.
+STAMP_LATENCY_S = 0.002
+GIL_SWITCH_INTERVAL_S = 1e-4
+METRICS_ENV = METRICS_FILE_ENV
 # Set by Ray in its workers; the job's own thread knobs must decide, not the pool.
 _INHERITED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS_RAY")
 
@@ -53,6 +68,10 @@ class TrialRequest:
     backend: str = "process"
     sim_workload: str | None = None
     seed: int = 0
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)
+    gpus_per_trial: int = 0  # > 0: memory is measured on the trial's devices
+    # Opens the device memory gauge for the trial's environment; None: NVML.
+    device_gauge: Callable[[Mapping[str, str]], DeviceMemoryGauge] | None = None
 
 
 def render_command(spec: CampaignSpec, space: KnobSpace, config: Config, *, seed: int | None = None
@@ -71,37 +90,6 @@ def render_command(spec: CampaignSpec, space: KnobSpace, config: Config, *, seed
         elif knob.env is not None:
             env[knob.env] = str(config[knob.name])
     return tuple(argv), env
-
-
-class _MetricsTail:
-    """Reads complete JSON lines appended to a file, stamping each with arrival time."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self._pos, self._buf = path, 0, ""
-        self.events: list[dict[str, Any]] = []
-        self.arrivals: list[float] = []
-        self.malformed: list[str] = []
-
-    def poll(self, now: float) -> None:
-        try:
-            with open(self.path) as f:
-                f.seek(self._pos)
-                chunk = f.read()
-                self._pos = f.tell()
-        except FileNotFoundError:
-            return
-        self._buf += chunk
-        *lines, self._buf = self._buf.split("\n")
-        for line in filter(None, (ln.strip() for ln in lines)):
-            try:
-                event = json.loads(line)
-                if not isinstance(event, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                self.malformed.append(line[:200])
-                continue
-            self.events.append(event)
-            self.arrivals.append(now)
 
 
 def _tree(proc: psutil.Process) -> list[psutil.Process]:
@@ -156,25 +144,56 @@ def _tail(path: Path, num_chars: int = 4000) -> str:
 @dataclass
 class _Watch:
     peak_rss_bytes: int = 0
+    device_peak_bytes: int = 0
     launched_at: float = 0.0  # monotonic
     killed_for: str | None = None
     returncode: int | None = None
     wall_time_s: float = 0.0
     cpu_seconds: float = 0.0
-    # (monotonic time, machine-wide busy CPU seconds, the trial tree's CPU seconds) per poll
+    # (monotonic time, machine-wide busy CPU seconds, the trial tree's CPU seconds) per sample
     cpu_samples: list[tuple[float, float, float]] = field(default_factory=list)
 
 
-def _watch(proc: subprocess.Popen, req: TrialRequest, tail: _MetricsTail) -> _Watch:
+@dataclass
+class _Memory:
+    """Where a trial's memory is measured and against which capacity."""
+
+    capacity_bytes: int
+    gauge: DeviceMemoryGauge | None = None  # None: host RSS stands in for the device
+    note: str = ""
+
+
+def _memory(req: TrialRequest, env: Mapping[str, str]) -> _Memory:
+    """A trial with GPUs is measured on its devices against their capacity, lowered to the
+    spec's where the spec emulates a smaller device; on CPU the emulated capacity stands."""
+    if req.gpus_per_trial <= 0:
+        return _Memory(capacity_bytes=req.memory_capacity_bytes)
+    try:
+        gauge = (req.device_gauge or open_nvml_gauge)(env)
+    except DeviceMemoryUnavailable as exc:
+        return _Memory(capacity_bytes=req.memory_capacity_bytes,
+                       note=f"device memory not measured ({exc}); host RSS and the job's own report stand in")
+    device = gauge.capacity_bytes()
+    capacity = min(device, req.memory_capacity_bytes) if req.emulate_capacity else device
+    return _Memory(capacity_bytes=capacity, gauge=gauge)
+
+
+def _watch(proc: subprocess.Popen, req: TrialRequest, memory: _Memory) -> _Watch:
+    """Sample memory and CPU until the job ends; kill its tree above capacity or past the
+    timeout. Sampling is periodic; it is not the clock (the stamped readers are)."""
     w = _Watch(launched_at=time.monotonic())
     t0 = w.launched_at
     root = psutil.Process(proc.pid)
     cpu_by_pid: dict[int, float] = {}
+    procs: list[psutil.Process] = []
+    listed_at = -TREE_REFRESH_S
     while True:
         now = time.monotonic()
-        tail.poll(now)
-        procs = _tree(root)
+        if now - listed_at >= TREE_REFRESH_S:  # finding the tree walks all of /proc: not every sample
+            procs, listed_at = _tree(root), now
         w.peak_rss_bytes = max(w.peak_rss_bytes, _max_rss(procs))
+        if memory.gauge is not None:
+            w.device_peak_bytes = max(w.device_peak_bytes, memory.gauge.used_bytes([p.pid for p in procs]))
         for p in procs:
             try:
                 t = p.cpu_times()
@@ -184,48 +203,102 @@ def _watch(proc: subprocess.Popen, req: TrialRequest, tail: _MetricsTail) -> _Wa
         w.cpu_samples.append((now, _busy_cpu_seconds(), sum(cpu_by_pid.values())))
         if proc.poll() is not None:
             break
-        if req.emulate_capacity and w.peak_rss_bytes > req.memory_capacity_bytes:
+        held = w.device_peak_bytes if memory.gauge is not None else w.peak_rss_bytes
+        if req.emulate_capacity and held > memory.capacity_bytes:
             w.killed_for = "oom"
         elif now - t0 > req.timeout_s:
             w.killed_for = "timeout"
         if w.killed_for:
             _kill_tree(proc)
             break
-        time.sleep(POLL_INTERVAL_S)
+        time.sleep(SAMPLE_INTERVAL_S)
     w.returncode = proc.wait()
     w.wall_time_s = time.monotonic() - t0
     w.cpu_seconds = sum(cpu_by_pid.values())
-    tail.poll(time.monotonic())
     return w
+
+
+_switching = {"lock": threading.Lock(), "trials": 0, "saved_s": 0.005}
+
+
+def _fast_switching(on: bool) -> None:
+    """While any trial of this process runs, a thread waiting for the GIL gets it within
+    0.1 ms: the sampler holds it for milliseconds at a time (psutil walks /proc), and a
+    reader woken by a line must not wait the default 5 ms switch interval to stamp it."""
+    with _switching["lock"]:
+        if on and _switching["trials"] == 0:
+            _switching["saved_s"] = sys.getswitchinterval()
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        _switching["trials"] += 1 if on else -1
+        if not on and _switching["trials"] == 0:
+            sys.setswitchinterval(_switching["saved_s"])
+
+
+def _job_env(req: TrialRequest, fifo_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_THREAD_VARS}
+    env.update(req.env)
+    if req.metrics.source == "jsonl":
+        env[METRICS_ENV] = str(fifo_path)
+    else:
+        env.pop(METRICS_ENV, None)
+        env.setdefault("PYTHONUNBUFFERED", "1")  # a Python job's log lines leave it as they are printed
+    return env
 
 
 def run_process_trial(req: TrialRequest) -> TrialResult:
     # Every attempt keeps its own folder: a retry never overwrites the evidence of the first.
     trial_dir = Path(req.trial_dir if req.attempt == 1 else f"{req.trial_dir}-a{req.attempt}")
     trial_dir.mkdir(parents=True, exist_ok=True)
-    log_path, metrics_path = trial_dir / "log.txt", trial_dir / "metrics.jsonl"
-    metrics_path.unlink(missing_ok=True)
+    log_path, fifo_path = trial_dir / "log.txt", trial_dir / "metrics.fifo"
+    for stale in (fifo_path, trial_dir / "metrics.jsonl"):
+        stale.unlink(missing_ok=True)
     base = dict(trial_id=req.trial_id, config=dict(req.config), role=req.role, attempt=req.attempt,
                 memory_capacity_bytes=req.memory_capacity_bytes, log_path=str(log_path))
     changed = _changed(req)
     if changed:
         return TrialResult(**base, outcome=Outcome.CONTRACT_VIOLATION,
                            reason=f"locked files changed before the trial started: {changed}")
-    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_THREAD_VARS}
-    env.update(req.env)
-    env[METRICS_ENV] = str(metrics_path)
-    tail = _MetricsTail(metrics_path)
-    with open(log_path, "wb") as log:
-        log.write(f"$ {' '.join(req.argv)}\n".encode())
-        log.flush()
-        try:
-            proc = subprocess.Popen(list(req.argv), cwd=req.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            return TrialResult(**base, outcome=Outcome.CRASH, reason=f"could not launch {req.argv[0]!r}: {exc}")
-        w = _watch(proc, req, tail)
+    env = _job_env(req, fifo_path)
+    memory = _memory(req, env)
+    base["memory_capacity_bytes"] = memory.capacity_bytes
+    _fast_switching(True)
+    try:
+        with open(log_path, "wb") as log:
+            log.write(f"$ {' '.join(req.argv)}\n".encode())
+            log.flush()
+            out = JobOutput(req.metrics, log, fifo_path, name=req.trial_id)
+            try:
+                proc = subprocess.Popen(list(req.argv), cwd=req.cwd, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                out.readers.stop()
+                return TrialResult(**base, outcome=Outcome.CRASH, reason=f"could not launch {req.argv[0]!r}: {exc}")
+            try:
+                out.attach(proc, time.monotonic())
+                w = _watch(proc, req, memory)
+            finally:
+                _kill_tree(proc)  # nothing of the job outlives its trial, whatever happened here
+                proc.wait()
+                out.readers.stop()
+                proc.stdout.close()
+                proc.stderr.close()
+    finally:
+        _fast_switching(False)
+        fifo_path.unlink(missing_ok=True)
+        if memory.gauge is not None:
+            memory.gauge.close()
+    _write_events(trial_dir / "metrics.jsonl", out.recorded, w.launched_at)
     base.update(wall_time_s=w.wall_time_s, device_seconds=w.wall_time_s * req.devices_per_trial)
-    return _classify(req, base, w, tail, _tail(log_path), _changed(req))
+    return _classify(req, base, w, memory, out, _tail(log_path), _changed(req))
+
+
+def _write_events(path: Path, recorded: RecordedEvents, launched_at: float) -> None:
+    """The events as recorded (the trial's evidence), each with its arrival stamp: seconds since
+    launch and the raw ``time.monotonic()`` (CLOCK_MONOTONIC, comparable across processes)."""
+    with open(path, "w") as f:
+        for event, stamp in zip(recorded.events, recorded.arrivals):
+            f.write(json.dumps({**event, "harness_t_s": round(stamp - launched_at, 6),
+                                "harness_monotonic_s": stamp}) + "\n")
 
 
 def _changed(req: TrialRequest) -> list[str]:
@@ -237,18 +310,29 @@ def _changed(req: TrialRequest) -> list[str]:
     return out
 
 
-def _classify(req: TrialRequest, base: dict, w: _Watch, tail: _MetricsTail, log_tail: str,
+def _classify(req: TrialRequest, base: dict, w: _Watch, memory: _Memory, out: JobOutput, log_tail: str,
               changed: list[str]) -> TrialResult:
-    steps = [(e, t) for e, t in zip(tail.events, tail.arrivals) if e.get("event") == "step"]
-    start = next((e for e in tail.events if e.get("event") == "start"), {})
+    recorded = out.recorded
+    steps = recorded.steps()
     reported_peak = max((int(e.get("peak_memory_bytes") or 0) for e, _ in steps), default=0)
-    peak = max(w.peak_rss_bytes, reported_peak)
+    held = w.device_peak_bytes if memory.gauge is not None else w.peak_rss_bytes
+    peak = max(held, reported_peak)
+    capacity = memory.capacity_bytes
+    reported_times = [e.get("step_time_s") for e, _ in steps]
     extra = {"returncode": w.returncode, "harness_peak_rss_bytes": w.peak_rss_bytes,
-             "reported_peak_memory_bytes": reported_peak, "start": start, "cpu_seconds": w.cpu_seconds,
-             "reported_step_times_s": [float(e.get("step_time_s", 0.0)) for e, _ in steps]}
+             "reported_peak_memory_bytes": reported_peak, "start": recorded.start(), "cpu_seconds": w.cpu_seconds,
+             "reported_step_times_s": ([float(t) for t in reported_times]
+                                       if all(isinstance(t, (int, float)) for t in reported_times) else []),
+             "metrics_source": req.metrics.source, "num_metric_events": len(recorded.events),
+             "num_steps_reported": len(steps),
+             "memory_gauge": "device" if memory.gauge is not None else "host_rss"}
+    if memory.gauge is not None:
+        extra["device_peak_bytes"] = w.device_peak_bytes
+    if memory.note:
+        extra["memory_note"] = memory.note
     base.update(peak_memory_bytes=peak or None, extra=extra, host_peak_rss_bytes=w.peak_rss_bytes or None,
                 losses=tuple(float(e["loss"]) for e, _ in steps if "loss" in e),
-                eval_losses=tuple(float(e["eval_loss"]) for e in tail.events
+                eval_losses=tuple(float(e["eval_loss"]) for e in recorded.events
                                   if e.get("event") == "eval" and "eval_loss" in e))
 
     def failed(outcome: Outcome, reason: str) -> TrialResult:
@@ -257,7 +341,7 @@ def _classify(req: TrialRequest, base: dict, w: _Watch, tail: _MetricsTail, log_
     if changed:
         return failed(Outcome.CONTRACT_VIOLATION, f"locked files modified during the trial: {changed}")
     if w.killed_for == "oom":
-        return failed(Outcome.OOM, f"peak memory {peak} B crossed the capacity {req.memory_capacity_bytes} B")
+        return failed(Outcome.OOM, f"peak memory {peak} B crossed the capacity {capacity} B")
     if w.killed_for == "timeout":
         return failed(Outcome.TIMEOUT, f"no exit within {req.timeout_s:.0f} s; process tree killed")
     if w.returncode != 0:
@@ -265,27 +349,42 @@ def _classify(req: TrialRequest, base: dict, w: _Watch, tail: _MetricsTail, log_
             line = next(ln for ln in log_tail.splitlines() if "invalid config:" in ln)
             return failed(Outcome.INVALID, line.strip()[:300])
         if is_out_of_memory(log_tail):
-            base["peak_memory_bytes"] = max(peak, req.memory_capacity_bytes)
+            base["peak_memory_bytes"] = max(peak, capacity)
             return failed(Outcome.OOM, "the job ran out of memory (allocator error)")
         last = " | ".join(log_tail.strip().splitlines()[-3:])[:500]
         return failed(Outcome.CRASH, f"exit code {w.returncode}: {last}")
-    if tail.malformed:
-        return failed(Outcome.CRASH, f"malformed metrics line(s), e.g. {tail.malformed[0]!r}")
+    if recorded.malformed:
+        return failed(Outcome.CRASH, f"malformed metrics line(s), e.g. {recorded.malformed[0]!r}")
+    if recorded.problems:
+        return failed(Outcome.CRASH, f"bad metrics: {recorded.problems[0]}")
     if len(steps) < req.num_steps:
-        return failed(Outcome.CRASH, f"the job exited 0 but reported {len(steps)} of {req.num_steps} steps")
-    if req.emulate_capacity and reported_peak > req.memory_capacity_bytes:
+        why = out.no_steps_reason() if not steps else "the job ended early"
+        return failed(Outcome.CRASH, f"the job exited 0 but reported {len(steps)} of {req.num_steps} steps: {why}")
+    if req.emulate_capacity and reported_peak > capacity:
         return failed(Outcome.OOM, f"reported peak {reported_peak} B is above the capacity")
+    return _timed(req, base, w, steps)
+
+
+def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, float]]) -> TrialResult:
+    """The ok record: step times from the harness's arrival stamps over the measured window."""
     arrivals = [t for _, t in steps]
     window = range(req.warmup_steps, req.num_steps)
     step_times = tuple(arrivals[s] - arrivals[s - 1] for s in window)
-    tokens = {int(e.get("tokens", -1)) for e, _ in steps}
-    base.update(phases_s=_median_phases([e for e, _ in steps][req.warmup_steps:]))
-    extra["foreign_load_cores"] = foreign_load_cores(w.cpu_samples, arrivals[req.warmup_steps - 1], arrivals[-1])
     median_s = statistics.median(step_times)
+    base["extra"]["foreign_load_cores"] = foreign_load_cores(w.cpu_samples, arrivals[req.warmup_steps - 1],
+                                                             arrivals[-1])
+    if median_s <= 0:
+        together = sum(1 for t in step_times if t <= 0)
+        return TrialResult(**base, outcome=Outcome.CRASH, reason=(
+            f"{together} of {len(step_times)} measured steps reached the harness at the same instant as the step "
+            "before, so the harness cannot time them: the job's output is buffered (flush after every step: "
+            "print(..., flush=True), python -u, or infrarsi.reporter), or its steps take no measurable time"))
+    start = base["extra"]["start"]
+    tokens = {int(e.get("tokens", start.get("tokens_per_step", -1))) for e, _ in steps}
+    base.update(phases_s=_median_phases([e for e, _ in steps][req.warmup_steps:]))
     startup_s = max(0.0, arrivals[req.warmup_steps - 1] - w.launched_at - req.warmup_steps * median_s)
     return TrialResult(**base, outcome=Outcome.OK, step_time_s=median_s, startup_s=startup_s,
                        step_times_s=step_times, tokens_per_step=tokens.pop() if len(tokens) == 1 else -1)
-
 
 def _median_phases(events: list[dict]) -> dict[str, float]:
     keys = {k for e in events for k in (e.get("phases") or {})}

@@ -46,12 +46,19 @@ def _score(ref: TrialResult, run: TrialResult, signal: str, window: int) -> floa
     return reference.compare(run.losses, run.eval_losses).score
 
 
-def _run(rt: CampaignRuntime, config: Config) -> TrialResult:
-    return rt.run_one(config, Role.CALIBRATE, check=lambda t: enforce(t, rt.spec.contract, None))
+def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[tuple, TrialResult] | None = None,
+                   ) -> tuple[LossContract, list[dict[str, Any]]]:
+    """The loss contract and the calibration table (one row per run doctor compared).
+    ``recorded``: calibration runs already in the ledger, by sorted config items (a resumed
+    doctor reuses them instead of running them again)."""
+    recorded = recorded or {}
 
+    def _run(rt: CampaignRuntime, config: Config) -> TrialResult:
+        key = tuple(sorted(rt.space.validate(config).items()))
+        if key not in recorded:
+            recorded[key] = rt.run_one(config, Role.CALIBRATE, check=lambda t: enforce(t, rt.spec.contract, None))
+        return recorded[key]
 
-def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[LossContract, list[dict[str, Any]]]:
-    """The loss contract and the calibration table (one row per run doctor compared)."""
     spec, contract = rt.spec, rt.spec.contract
     signal, window = contract.loss_signal, contract.loss_window
     baseline = rt.space.validate(spec.baseline)
@@ -84,7 +91,7 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[LossCo
     classes = [ClassReference(settings=(), losses=base.losses, eval_losses=base.eval_losses, tolerance=keeps_tol,
                               trial_ids=tuple(r.trial_id for r in runs), honest_score=max(scores + [s for _, s in splits]))]
     for cls in _classes(rt, baseline, knobs):
-        ref, row_list = _class_reference(rt, cls, base, class_runs.get(cls), [v for v, _ in splits], keeps_tol)
+        ref, row_list = _class_reference(rt, _run, cls, base, class_runs.get(cls), [v for v, _ in splits], keeps_tol)
         classes.append(ref)
         rows += row_list
     if contract.loss_tolerance is not None:
@@ -103,13 +110,14 @@ def _classes(rt: CampaignRuntime, baseline: Config, knobs: tuple[str, ...]) -> l
     return classes
 
 
-def _class_reference(rt: CampaignRuntime, cls: NumericsClass, base: TrialResult, ref: TrialResult | None,
-                     split_variants: list[dict], keeps_tol: float) -> tuple[ClassReference, list[dict[str, Any]]]:
+def _class_reference(rt: CampaignRuntime, run: Callable[[CampaignRuntime, Config], TrialResult], cls: NumericsClass,
+                     base: TrialResult, ref: TrialResult | None, split_variants: list[dict],
+                     keeps_tol: float) -> tuple[ClassReference, list[dict[str, Any]]]:
     """Class ``cls``'s reference run (reused from the calibration variants where one is
     it) and its tolerance, from the honest splits run in the same numerics."""
     signal, window = rt.spec.contract.loss_signal, rt.spec.contract.loss_window
     cfg = class_config(rt.space.validate(rt.spec.baseline), cls)
-    reused, ref = ref is not None, ref or _run(rt, cfg)
+    reused, ref = ref is not None, ref or run(rt, cfg)
     ok = ref.outcome is Outcome.OK
     scores = [_score(base, ref, signal, window)] if ok else []
     rows = [] if reused else [{"config": dict(cls), "class": describe(cls), "outcome": ref.outcome.value,
@@ -123,7 +131,7 @@ def _class_reference(rt: CampaignRuntime, cls: NumericsClass, base: TrialResult,
         split_cfg = {**cfg, **variant}
         if not rt.space.is_feasible(split_cfg):
             continue
-        split = _run(rt, split_cfg)
+        split = run(rt, split_cfg)
         score = _score(ref, split, signal, window) if split.outcome is Outcome.OK else None
         rows.append({"config": {**dict(cls), **variant}, "class": describe(cls), "outcome": split.outcome.value,
                      "trial_id": split.trial_id, "deviation": None, "score": score, "role": "honest split in class"})

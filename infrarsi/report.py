@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -22,12 +23,6 @@ def _fmt_bytes(n: float | None) -> str:
 
 def _fmt_s(x: float | None) -> str:
     return "-" if x is None else f"{x * 1000:.1f} ms"
-
-
-def _table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _diff(config: dict, baseline: dict) -> str:
@@ -75,6 +70,23 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
     }
 
 
+def campaign_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The summary as MLflow metrics for the parent run: step times, speedup and its
+    interval, trial counts by outcome (``trials/<outcome>``), seconds lost to failures,
+    and any other number the summary carries (an MFU, where known)."""
+    out = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if summary.get("speedup_ci"):
+        out["speedup_ci_low"], out["speedup_ci_high"] = map(float, summary["speedup_ci"])
+    out.update({f"trials/{k}": float(v) for k, v in summary.get("trials_by_outcome", {}).items()})
+    return out
+
+
+def summary_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
+    """The summary as a two-column table (field, value), e.g. for a Prefect table artifact."""
+    return [{"field": k, "value": json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)}
+            for k, v in summary.items()]
+
+
 def _plots(cdir: CampaignDir, trials: list[TrialResult], baseline_s: float | None, capacity: int | None) -> list[str]:
     import matplotlib
 
@@ -115,16 +127,16 @@ def _plots(cdir: CampaignDir, trials: list[TrialResult], baseline_s: float | Non
     return ["plots/best_so_far.png", "plots/time_vs_memory.png"]
 
 
-def _describe_section(describe: dict[str, Any]) -> list[str]:
+def _describe_blocks(describe: dict[str, Any]) -> list[dict[str, Any]]:
     """The proposer's own account (memory prices, priors, crash evidence) as tables."""
-    out = []
+    out: list[dict[str, Any]] = []
     for key, value in describe.items():
         title = key.replace("_", " ").capitalize()
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             headers = list(dict.fromkeys(k for v in value for k in v))
-            out += [f"### {title}", _table(headers, ([_cell(v.get(h)) for h in headers] for v in value)), ""]
+            out += [{"heading": title}, _tbl(headers, ([_cell(v.get(h)) for h in headers] for v in value))]
         elif value not in (None, [], {}):
-            out += [f"### {title}", "```", json.dumps(value, indent=1, default=str)[:4000], "```", ""]
+            out += [{"heading": title}, {"code": json.dumps(value, indent=1, default=str)[:4000]}]
     return out
 
 
@@ -134,7 +146,44 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def render_markdown(cdir: CampaignDir) -> str:
+def _tbl(headers: list[str], rows: Iterable[Iterable[Any]]) -> dict[str, Any]:
+    return {"table": {"headers": list(headers), "rows": [[str(c) for c in row] for row in rows]}}
+
+
+def _result_blocks(s: dict[str, Any], baseline: dict) -> list[dict[str, Any]]:
+    if s["verified_speedup"]:
+        lo, hi = s["speedup_ci"]
+        head = {"text": f"**Verified speedup {s['verified_speedup']:.2f}x** (90% CI {lo:.2f}x - {hi:.2f}x; its lower "
+                        "end is the one-sided 95% bound), paired A B A B against the baseline."}
+        bullets = [f"promoted config: `{_diff(s['promoted_config'], baseline)}`",
+                   f"branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "branch: not staged"]
+    else:
+        head = {"text": "No candidate was promoted: none cleared verification (see below). The baseline stands."}
+        bullets = []
+    bullets += [f"baseline step time {_fmt_s(s['baseline_step_time_s'])}, best search trial {_fmt_s(s['best_step_time_s'])}",
+                f"trials by outcome: {s['trials_by_outcome']}; seconds spent on failed trials: {s['failed_trial_seconds']}"]
+    return [head, {"bullets": bullets}]
+
+
+def _doctor_blocks(doctor: dict | None, spec: dict) -> list[dict[str, Any]]:
+    if not doctor:
+        return [{"text": "Doctor has not finished."}]
+    bullets = [f"config: `{spec['baseline']}`",
+               f"median step time {_fmt_s(doctor['step_time_s'])} over runs {[_fmt_s(x) for x in doctor['run_step_times_s']]}",
+               f"noise: between-run CV {doctor['noise_cv']:.2%}, within-run CV {doctor['within_run_cv']:.2%}",
+               f"peak memory {_fmt_bytes(doctor['peak_memory_bytes'])} (capacity {_fmt_bytes(spec['device']['memory_capacity'])})",
+               f"loss tolerance {doctor['loss_tolerance']:.2%} ({doctor['loss_tolerance_source']})",
+               "phases (median per step): " + ", ".join(f"{k} {_fmt_s(v)}" for k, v in doctor["phases_s"].items())]
+    calibration = _tbl(["calibration variant", "outcome", "max loss deviation"],
+                       ([c["config"], c.get("outcome", "ok"), "-" if c["deviation"] is None else f"{c['deviation']:.2e}"]
+                        for c in doctor["calibration"]))
+    return [{"bullets": bullets}, calibration]
+
+
+def report_context(cdir: CampaignDir) -> dict[str, Any]:
+    """What the report shows, as data: a header and a list of sections, each a list of
+    blocks (``text``, ``bullets``, ``table`` {headers, rows}, ``heading``, ``code``,
+    ``images``). Both templates render the same context, so a row added here shows in both."""
     s = summarize(cdir)
     contract = cdir.read_json(cdir.contract)
     spec = contract["spec"]
@@ -143,62 +192,78 @@ def render_markdown(cdir: CampaignDir) -> str:
     search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
     verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else {"verdicts": []}
     baseline = spec["baseline"]
-    md = [f"# infrarsi campaign `{s['campaign_id']}`", "",
-          f"Workload `{spec['name']}` ({spec['backend']} backend) on {contract['hardware'].get('cpu')}, "
-          f"{contract['hardware'].get('num_cpus')} CPUs, GPUs: {contract['hardware'].get('gpus') or 'none'}. "
-          f"Proposer: `{search.get('proposer', spec['search']['proposer'])}`.", "", "## Result", ""]
-    if s["verified_speedup"]:
-        lo, hi = s["speedup_ci"]
-        md += [f"**Verified speedup {s['verified_speedup']:.2f}x** (90% CI {lo:.2f}x - {hi:.2f}x; its lower end is the one-sided 95% bound), "
-               f"paired A B A B against the baseline.", "",
-               f"- promoted config: `{_diff(s['promoted_config'], baseline)}`",
-               f"- branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "- branch: not staged"]
-    else:
-        md += ["No candidate was promoted: none cleared verification (see below). The baseline stands."]
-    md += [f"- baseline step time {_fmt_s(s['baseline_step_time_s'])}, best search trial {_fmt_s(s['best_step_time_s'])}",
-           f"- trials by outcome: {s['trials_by_outcome']}; seconds spent on failed trials: {s['failed_trial_seconds']}",
-           "", "## Doctor (baseline)", ""]
-    if doctor:
-        md += [f"- config: `{baseline}`",
-               f"- median step time {_fmt_s(doctor['step_time_s'])} over runs {[_fmt_s(x) for x in doctor['run_step_times_s']]}",
-               f"- noise: between-run CV {doctor['noise_cv']:.2%}, within-run CV {doctor['within_run_cv']:.2%}",
-               f"- peak memory {_fmt_bytes(doctor['peak_memory_bytes'])} (capacity {_fmt_bytes(spec['device']['memory_capacity'])})",
-               f"- loss tolerance {doctor['loss_tolerance']:.2%} ({doctor['loss_tolerance_source']})",
-               f"- phases (median per step): " + ", ".join(f"{k} {_fmt_s(v)}" for k, v in doctor["phases_s"].items()),
-               "", _table(["calibration variant", "outcome", "max loss deviation"],
-                          ([c["config"], c.get("outcome", "ok"), "-" if c["deviation"] is None else f"{c['deviation']:.2e}"]
-                           for c in doctor["calibration"])), ""]
+    hw = contract["hardware"]
+    intro = (f"Workload `{spec['name']}` ({spec['backend']} backend) on {hw.get('cpu')}, {hw.get('num_cpus')} CPUs, "
+             f"GPUs: {hw.get('gpus') or 'none'}. Proposer: `{search.get('proposer', spec['search']['proposer'])}`.")
     costs = cost_by_outcome(trials)
-    md += ["## Cost by outcome", "", _table(["outcome", "trials", "wall s", "device s"],
-           ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items()))), ""]
-    md += ["## Verification", "", _table(
-        ["config", "pairs", "speedup", "90% CI", "promoted", "why"],
-        ([_diff(v["config"], baseline), len(v["pairs"]), f"{v['speedup']:.3f}" if v["speedup"] else "-",
-          f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-", "yes" if v["promoted"] else "no",
-          v["reason"]] for v in verification["verdicts"])), ""]
-    md += ["## Trials", "", _table(
-        ["trial", "role", "outcome", "step time", "peak memory", "config (vs baseline)", "reason"],
-        ([t.trial_id + (f"#{t.attempt}" if t.attempt > 1 else ""), t.role.value, t.outcome.value,
-          _fmt_s(t.step_time_s), _fmt_bytes(t.peak_memory_bytes), _diff(dict(t.config), baseline), t.reason[:120]]
-         for t in trials)), ""]
+    sections = [
+        {"id": "result", "title": "Result", "blocks": _result_blocks(s, baseline)},
+        {"id": "doctor", "title": "Doctor (baseline)", "blocks": _doctor_blocks(doctor, spec)},
+        {"id": "cost", "title": "Cost by outcome", "blocks": [_tbl(
+            ["outcome", "trials", "wall s", "device s"],
+            ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items())))]},
+        {"id": "verification", "title": "Verification", "blocks": [_tbl(
+            ["config", "pairs", "speedup", "90% CI", "promoted", "why"],
+            ([_diff(v["config"], baseline), len(v["pairs"]), f"{v['speedup']:.3f}" if v["speedup"] else "-",
+              f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-", "yes" if v["promoted"] else "no",
+              v["reason"]] for v in verification["verdicts"]))]},
+        {"id": "trials", "title": "Trials", "blocks": [_tbl(
+            ["trial", "role", "outcome", "step time", "peak memory", "config (vs baseline)", "reason"],
+            ([t.trial_id + (f"#{t.attempt}" if t.attempt > 1 else ""), t.role.value, t.outcome.value,
+              _fmt_s(t.step_time_s), _fmt_bytes(t.peak_memory_bytes), _diff(dict(t.config), baseline), t.reason[:120]]
+             for t in trials))]},
+    ]
     if search.get("describe"):
-        md += ["## What the search learned", ""] + _describe_section(search["describe"])
+        sections.append({"id": "learned", "title": "What the search learned",
+                         "blocks": _describe_blocks(search["describe"])})
     plots = _plots(cdir, trials, s["baseline_step_time_s"], spec["device"]["memory_capacity"])
-    md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]
-    return "\n".join(md) + "\n"
+    sections.append({"id": "plots", "title": "Plots", "blocks": [{"images": plots}]})
+    return {"title": f"infrarsi campaign `{s['campaign_id']}`", "campaign_id": s["campaign_id"],
+            "intro": intro, "summary": s, "sections": sections}
+
+
+_INLINE = re.compile(r"\*\*(.+?)\*\*|`([^`]*)`")
+
+
+def _inline_html(text: Any) -> Any:
+    """The two inline marks the report's text uses, **bold** and `code`, as HTML; the
+    rest escaped."""
+    from markupsafe import Markup, escape
+
+    out, pos = [], 0
+    for m in _INLINE.finditer(str(text)):
+        out.append(escape(m.string[pos:m.start()]))
+        out.append(Markup("<strong>{}</strong>").format(m[1]) if m[1] is not None
+                   else Markup("<code>{}</code>").format(m[2]))
+        pos = m.end()
+    out.append(escape(str(text)[pos:]))
+    return Markup("").join(out)
+
+
+def _environment(*, html: bool) -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("infrarsi", "templates"), autoescape=html,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    # A "|" or a line break would end a Markdown table cell.
+    env.filters["md_cell"] = lambda c: str(c).replace("|", "/").replace("\n", " ")
+    env.filters["inline"] = _inline_html
+    return env
+
+
+def render_markdown(cdir: CampaignDir, context: dict[str, Any] | None = None) -> str:
+    return _environment(html=False).get_template("report.md.j2").render(context or report_context(cdir))
+
+
+def render_html(cdir: CampaignDir, context: dict[str, Any] | None = None) -> str:
+    return _environment(html=True).get_template("report.html.j2").render(context or report_context(cdir))
 
 
 def build_report(root: Path | str) -> Path:
-    import markdown
-
     cdir = CampaignDir(Path(root).resolve())
-    md = render_markdown(cdir)
-    cdir.report_md.write_text(md)
-    body = markdown.markdown(md, extensions=["tables", "fenced_code"])
-    cdir.report_html.write_text(
-        "<!doctype html><html><head><meta charset='utf-8'><title>infrarsi report</title><style>"
-        "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 6px;font-size:90%}</style></head><body>"
-        + body + "</body></html>\n")
+    context = report_context(cdir)
+    cdir.report_md.write_text(render_markdown(cdir, context))
+    cdir.report_html.write_text(render_html(cdir, context))
     cdir.write_json(cdir.summary, summarize(cdir))
     return cdir.report_html

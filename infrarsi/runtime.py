@@ -11,7 +11,7 @@ import hashlib
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from infrarsi.adapters.ray_pool import PoolSettings, TrialPool
 from infrarsi.contract import Contract
@@ -27,6 +27,8 @@ class RuntimeSettings:
     ray_address: str | None = None
     tracking_uri: str | None = None
     concurrency: int | None = None
+    # Logged on the MLflow parent run over the spec's values: what this campaign actually used.
+    parent_params: Mapping[str, Any] = field(default_factory=dict)
     on_result: Callable[[TrialResult], None] | None = field(default=None, repr=False)
 
 
@@ -38,13 +40,14 @@ class CampaignRuntime:
         self.spec = contract.spec
         self.space = self.spec.space
         self.ledger = Ledger(cdir.ledger)
-        self.tracker = Tracker(settings.tracking_uri or cdir.default_tracking_uri,
+        self.tracker = Tracker(settings.tracking_uri or cdir.tracking_uri,
                                experiment_name=f"infrarsi-{self.spec.name}", spool_path=cdir.mlflow_spool)
         self.parent_run_id = self.tracker.start_campaign(
             contract.campaign_id, params={"spec": self.spec.name, "backend": self.spec.backend,
                                           "proposer": self.spec.search.proposer,
-                                          "contract_hash": contract.contract_hash},
-            tags={"infrarsi.hardware": contract.hardware_hash})
+                                          "contract_hash": contract.contract_hash, **settings.parent_params},
+            tags={"infrarsi.hardware": contract.hardware_hash, "infrarsi.job": self.spec.name,
+                  "infrarsi.hardware_desc": _hardware_desc(contract)})
         self._pool: TrialPool | None = None
         self._requests: dict[str, TrialRequest] = {}
         # Ids continue after every trial folder, recorded or not: a trial orphaned by a killed
@@ -73,7 +76,8 @@ class CampaignRuntime:
             emulate_capacity=self.spec.device.emulate_capacity, timeout_s=self.spec.budget.trial_timeout_s,
             warmup_steps=c.warmup_steps, num_steps=c.num_steps, locked_hashes=dict(self.contract.locked_hashes),
             devices_per_trial=res.gpus_per_trial or res.cpus_per_trial, backend=self.spec.backend,
-            sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids)
+            sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids,
+            metrics=self.spec.metrics, gpus_per_trial=res.gpus_per_trial)
         return self._requests[trial_id]
 
     def workdir_for(self, config: Config) -> Path:
@@ -138,11 +142,21 @@ class CampaignRuntime:
             if attempts[-1] is final:
                 return final
 
-    def finish(self, summary: dict) -> None:
+    def finish(self, summary: dict, tags: Mapping[str, str] | None = None) -> None:
         metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         artifacts = [p for p in (self.cdir.report_md, self.cdir.report_html, self.cdir.summary) if p.exists()]
-        self.tracker.end_campaign(metrics, artifacts, "FINISHED")
+        self.tracker.end_campaign(metrics, artifacts, "FINISHED", tags=tags)
+
+    def fail(self, status: str = "FAILED") -> None:
+        """Close the MLflow parent run of a campaign that stopped on an error."""
+        self.tracker.end_campaign({}, [], status)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+
+
+def _hardware_desc(contract: Contract) -> str:
+    from infrarsi import hardware
+
+    return hardware.describe(dict(contract.hardware))

@@ -13,6 +13,30 @@ from pathlib import Path
 from typing import Any
 
 
+DATA_DIR_ENV = "INFRARSI_DATA_DIR"
+
+
+def data_dir() -> Path:
+    """Where campaigns and the shared MLflow store live by default: ``$INFRARSI_DATA_DIR``,
+    else ``$XDG_DATA_HOME/infrarsi``, else ``~/.local/share/infrarsi``."""
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV]).expanduser().resolve()
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg).expanduser().resolve() / "infrarsi"
+
+
+def default_campaigns_dir() -> Path:
+    return data_dir() / "campaigns"
+
+
+def default_tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI``, else one SQLite store per machine in the data folder, so
+    every campaign run here can be compared with every other."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{data_dir() / 'mlflow.db'}"
+
+
 @dataclass(frozen=True)
 class CampaignDir:
     root: Path
@@ -66,8 +90,23 @@ class CampaignDir:
         return self.root / "mlflow-spool.jsonl"
 
     @property
-    def default_tracking_uri(self) -> str:
-        return f"sqlite:///{(self.root / 'mlflow.db').resolve()}"
+    def options(self) -> Path:
+        """The campaign's options as resolved at init (proposer, budget, tracking URI ...)."""
+        return self.root / "options.json"
+
+    @property
+    def priors(self) -> Path:
+        """The search priors as first obtained (an LLM is never asked twice)."""
+        return self.root / "priors.json"
+
+    @property
+    def tracking_uri(self) -> str:
+        """The MLflow store this campaign logs to: the one fixed at init, else the machine's."""
+        if self.options.exists():
+            uri = self.read_json(self.options).get("tracking_uri")
+            if uri:
+                return uri
+        return default_tracking_uri()
 
     def write_json(self, path: Path, data: Any) -> None:
         """Atomic: a campaign killed mid-write leaves the old file or the new one."""

@@ -7,7 +7,6 @@ or contract error is the user's to fix and is not retried either.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -15,11 +14,12 @@ from prefect.cache_policies import NO_CACHE
 
 from infrarsi.contract import Contract
 from infrarsi.errors import TrialInfrastructureError
+from infrarsi.options import CampaignOptions
 from infrarsi.report import build_report
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.apply import run_apply
-from infrarsi.stages.doctor import DoctorReport, adopt_doctor, run_doctor
-from infrarsi.stages.init import init_campaign, load_campaign
+from infrarsi.stages.doctor import DoctorReport, adopt_doctor, cached_doctor_trials, run_doctor
+from infrarsi.stages.init import start_campaign
 from infrarsi.stages.search import SearchOutcome, finalists, run_search
 from infrarsi.stages.verify import VerificationReport, run_verification
 from infrarsi.workspace import CampaignDir
@@ -39,16 +39,17 @@ def retry_on_infrastructure_fault(task: Any, task_run: Any, state: Any) -> bool:
 
 def _doctor_cache_key(context: Any, inputs: dict[str, Any]) -> str:
     """Doctor measures the workload on the machine: same locked workload, same machine,
-    same source -> same baseline. Where the campaign runs does not enter the key."""
+    same source, same doctor budget (repeats, timeout) and trial seeds -> same baseline.
+    Where the campaign runs does not enter the key."""
     c: Contract = inputs["rt"].contract
-    return f"infrarsi-doctor-{c.contract_hash}-{c.hardware_hash}-{c.source_hash}"
+    b, seed = c.spec.budget, c.spec.search.seed
+    return (f"infrarsi-doctor-{c.contract_hash}-{c.hardware_hash}-{c.source_hash}"
+            f"-r{b.doctor_repeats}-t{b.trial_timeout_s:g}-s{seed}")
 
 
 @task(name="init", cache_policy=NO_CACHE)
-def init_task(spec: str | None, out: str, campaign_id: str | None, resume: str | None) -> tuple[Contract, CampaignDir]:
-    if resume:
-        return load_campaign(Path(resume))
-    return init_campaign(Path(spec) if spec else None, Path(out), campaign_id=campaign_id)
+def init_task(options: CampaignOptions) -> tuple[Contract, CampaignDir, CampaignOptions]:
+    return start_campaign(options)
 
 
 @task(name="doctor", cache_key_fn=_doctor_cache_key, persist_result=True, retries=1,
@@ -59,7 +60,11 @@ def doctor_task(rt: CampaignRuntime) -> DoctorReport:
 
 @task(name="adopt-doctor", cache_policy=NO_CACHE)
 def adopt_doctor_task(rt: CampaignRuntime, report: DoctorReport) -> None:
+    from_cache = not rt.cdir.doctor.exists()  # doctor ran here iff it wrote doctor.json
     adopt_doctor(rt, report)
+    if from_cache:  # MLflow shows doctor's runs in every campaign that uses them
+        for r in cached_doctor_trials(report, int(rt.spec.device.memory_capacity)):
+            rt.tracker.log_trial(r, None, rt.contract.campaign_id)
 
 
 @task(name="search", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)

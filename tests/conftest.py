@@ -1,11 +1,16 @@
 """Shared fixtures. Tests in subfolders import helpers next to this file (synthetic_problem)."""
 
 import os
+import tempfile
 
 import pytest
+from prefect_server import prefect_server  # noqa: F401  (a session fixture: a real server on loopback)
+from staged_campaign import staged_campaigns  # noqa: F401  (a session fixture: two finished sim campaigns)
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Campaigns that name no folder or store use the data folder: never the user's, in tests.
+os.environ.setdefault("INFRARSI_DATA_DIR", tempfile.mkdtemp(prefix="infrarsi-test-data-"))
 
 
 @pytest.fixture(scope="session")

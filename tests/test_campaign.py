@@ -22,8 +22,9 @@ def campaign(tmp_path_factory, ray_session, prefect_harness):
     capacity = oom_capacity(tmp)
     spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=7, num_finalists=2)
     from flows.campaign import campaign as campaign_flow
+    from infrarsi.options import CampaignOptions
 
-    summary = campaign_flow(spec=str(spec), out=str(tmp / "out"))
+    summary = campaign_flow(CampaignOptions(spec=str(spec), out=str(tmp / "out")))
     return summary, CampaignDir(tmp / "out" / summary["campaign_id"]), capacity
 
 
@@ -46,7 +47,7 @@ def test_micro_batch_64_ooms_and_is_recorded_as_a_censored_observation(campaign)
 
 def test_mlflow_holds_a_child_run_per_trial_including_the_oom(campaign):
     summary, cdir, _ = campaign
-    client = MlflowClient(cdir.default_tracking_uri)
+    client = MlflowClient(cdir.tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name("infrarsi-gpt-tiny").experiment_id],
                               filter_string=f"tags.mlflow.parentRunId = '{summary['mlflow_parent_run_id']}'")
     assert len(runs) == len(Ledger(cdir.ledger).trials())

@@ -18,7 +18,7 @@ import git
 
 from infrarsi.errors import InfrarsiError, PatchError
 
-__all__ = ["BranchError", "changed_paths", "check_patches_apply", "ensure_repository", "patch_worktree",
+__all__ = ["BranchError", "changed_paths", "check_patches_apply", "clone", "ensure_repository", "patch_worktree",
            "repository_root", "snapshot", "stage_branch"]
 
 AUTHOR_NAME = "infrarsi"
@@ -40,6 +40,17 @@ def repository_root(path: Path) -> Path | None:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
     return None if repo.bare or repo.working_tree_dir is None else Path(repo.working_tree_dir)
+
+
+def clone(url: str, dest: Path, *, ref: str | None = None) -> Path:
+    """A shallow clone of ``url`` (at branch or tag ``ref``) at ``dest``."""
+    args = ["--depth", "1"] + (["--branch", ref] if ref else [])
+    try:
+        git.Repo.clone_from(url, Path(dest), multi_options=args)
+    except git.GitCommandError as exc:
+        raise InfrarsiError(f"cannot clone {url}{'@' + ref if ref else ''}: {_git_message(exc)}; check the URL "
+                            "and that this machine can reach it") from None
+    return Path(dest)
 
 
 def ensure_repository(source_dir: Path, dest_dir: Path) -> Path:

@@ -58,6 +58,8 @@ TAG_ATTEMPT = "infrarsi.attempt"
 TAG_OUTCOME = "infrarsi.outcome"
 TAG_ROLE = "infrarsi.role"
 TAG_REASON = "infrarsi.reason"
+TAG_SIMULATED = "infrarsi.simulated"
+TAG_CACHED_FROM = "infrarsi.cached_from"
 TAG_PARENT = "mlflow.parentRunId"
 MAX_REASON_CHARS = 1000
 _END_STATUSES = ("FINISHED", "FAILED", "KILLED")
@@ -134,8 +136,9 @@ class Tracker:
         status: str = "FINISHED",
         *,
         campaign_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
-        """Log the summary and the report files on the parent run and close it.
+        """Log the summary, ``tags`` and the report files on the parent run and close it.
 
         ``campaign_id`` defaults to the one last passed to ``start_campaign``.
         """
@@ -148,6 +151,7 @@ class Tracker:
             "op": "end_campaign", "time_ms": _now_ms(), "campaign_id": campaign_id,
             "summary_metrics": {k: float(v) for k, v in summary_metrics.items()},
             "artifacts": [str(p) for p in artifacts], "status": status,
+            "tags": {k: str(v) for k, v in (tags or {}).items()},
         })
 
     def catch_up(self) -> int:
@@ -344,7 +348,7 @@ class Tracker:
                 f"no MLflow run for campaign {campaign_id!r}: call start_campaign first")
         metrics = [Metric(k, v, record["time_ms"], 0)
                    for k, v in record["summary_metrics"].items()]
-        self._log_batch(run_id, metrics=metrics)
+        self._log_batch(run_id, metrics=metrics, tags=record.get("tags") or {})
         for artifact in map(Path, record["artifacts"]):
             if artifact.is_dir():
                 client.log_artifacts(run_id, str(artifact), artifact.name)
@@ -386,6 +390,10 @@ def _trial_tags(result: TrialResult, campaign_id: str, parent_id: str) -> dict[s
     }
     if result.reason:
         tags[TAG_REASON] = _clip(result.reason, MAX_REASON_CHARS)
+    if result.extra.get("simulated"):
+        tags[TAG_SIMULATED] = "true"
+    if result.extra.get("cached_from"):  # doctor's run, measured by the campaign that filled the cache
+        tags[TAG_CACHED_FROM] = str(result.extra["cached_from"])
     return tags
 
 
@@ -440,3 +448,32 @@ def _clip(text: str, max_chars: int) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+# ----------------------------------------------------------------- reading a store back
+def _run_record(run: Any) -> dict[str, Any]:
+    return {"run_id": run.info.run_id, "run_name": run.info.run_name, "status": run.info.status,
+            "start_time_ms": run.info.start_time, "params": dict(run.data.params),
+            "tags": dict(run.data.tags), "metrics": dict(run.data.metrics)}
+
+
+def campaign_runs(tracking_uri: str) -> list[dict[str, Any]]:
+    """Every campaign's parent run in the store, across experiments, oldest first: run id,
+    name, status, start time, params, tags and (latest) metrics."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    if not experiments:
+        return []
+    runs = client.search_runs(experiments, filter_string=f"tags.`{TAG_KIND}` = 'campaign'",
+                              order_by=["attributes.start_time ASC"], max_results=50_000)
+    return [_run_record(r) for r in runs]
+
+
+def trial_runs(tracking_uri: str, parent_run_id: str) -> list[dict[str, Any]]:
+    """The trial runs under one campaign's parent run (every attempt), as records."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    parent = client.get_run(parent_run_id)
+    runs = client.search_runs([parent.info.experiment_id],
+                              filter_string=f"tags.`{TAG_PARENT}` = '{parent_run_id}'",
+                              run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
+    return [_run_record(r) for r in runs]

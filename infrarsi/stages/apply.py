@@ -81,7 +81,10 @@ def run_apply(contract: Contract, cdir: CampaignDir, doctor: DoctorReport, verif
         commit = stage_branch(repo, branch, files={(rel_dir / PROMOTED_FILE).as_posix():
                                                    promoted_file(contract, doctor, verification)},
                               patches={p.name: p.diff for p in patches}, directory=rel_dir.as_posix(),
-                              message=commit_message(contract, doctor, verification))
+                              message=commit_message(contract, doctor, verification),
+                              # the branch is this campaign's own: one left by a campaign killed
+                              # before apply.json was written is staged again, not an error
+                              replace=True)
         result.update(branch=branch, commit=commit, repository=str(repo))
     cdir.write_json(apply_json, result)
     return result

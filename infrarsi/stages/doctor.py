@@ -18,6 +18,7 @@ from infrarsi.errors import ContractError
 from infrarsi.knobs import Config
 from infrarsi.loss_calibration import TOLERANCE_MARGIN, calibrate_loss
 from infrarsi.loss_contract import LossContract
+from infrarsi.metrics_events import explain_baseline_failure
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.trial import Outcome, Role, TrialResult
 
@@ -64,22 +65,27 @@ def _cv(values: list[float]) -> float:
     return statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
 
 
+def _recorded(rt: CampaignRuntime, role: Role) -> list[TrialResult]:
+    """Final attempts of ``role`` a killed campaign already recorded: a resumed doctor keeps them."""
+    return [r for r in rt.ledger.trials() if r.role is role and not r.extra.get("retried")]
+
+
 def _baseline_runs(rt: CampaignRuntime) -> list[TrialResult]:
     spec = rt.spec
     baseline = rt.space.validate(spec.baseline)
-    runs = []
-    for _ in range(spec.budget.doctor_repeats):
+    runs = [r for r in _recorded(rt, Role.DOCTOR) if r.outcome is Outcome.OK][:spec.budget.doctor_repeats]
+    for _ in range(spec.budget.doctor_repeats - len(runs)):
         r = rt.run_one(baseline, Role.DOCTOR, check=lambda t: enforce(t, spec.contract, None))
         if r.outcome is not Outcome.OK:
-            raise ContractError(
-                f"the baseline config failed in doctor ({r.outcome.value}: {r.reason}); log: {r.log_path}. "
-                "Fix the baseline (or raise device.memory_capacity / budget.trial_timeout_s) before tuning")
+            raise ContractError(explain_baseline_failure(r))
         runs.append(r)
     return runs
 
 
 def _calibrate(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[float, str, list, LossContract]:
-    loss_contract, rows = calibrate_loss(rt, runs)
+    # A resumed doctor keeps the calibration runs a killed campaign recorded.
+    recorded = {tuple(sorted(r.config.items())): r for r in _recorded(rt, Role.CALIBRATE)}
+    loss_contract, rows = calibrate_loss(rt, runs, recorded)
     if rt.spec.contract.loss_tolerance is not None:
         return rt.spec.contract.loss_tolerance, "spec", rows, loss_contract
     warnings = "".join(f"; warning: {w}" for w in loss_contract.warnings)
@@ -127,3 +133,13 @@ def baseline_observation(report: DoctorReport, capacity_bytes: int) -> TrialResu
                        step_time_s=report.step_time_s, losses=report.reference_losses,
                        peak_memory_bytes=report.peak_memory_bytes, memory_capacity_bytes=capacity_bytes,
                        tokens_per_step=report.tokens_per_step)
+
+
+def cached_doctor_trials(report: DoctorReport, capacity_bytes: int) -> list[TrialResult]:
+    """Doctor's baseline runs as trial results, for a campaign whose doctor came from the
+    cache (for MLflow: the runs were measured by the campaign that filled the cache)."""
+    return [TrialResult(trial_id=f"doctor-{i}", config=dict(report.baseline), role=Role.DOCTOR, outcome=Outcome.OK,
+                        step_time_s=step_time_s, losses=report.reference_losses,
+                        peak_memory_bytes=report.peak_memory_bytes, memory_capacity_bytes=capacity_bytes,
+                        tokens_per_step=report.tokens_per_step, extra={"cached_from": source})
+            for i, (source, step_time_s) in enumerate(zip(report.trial_ids, report.run_step_times_s), 1)]

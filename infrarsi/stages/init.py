@@ -9,9 +9,10 @@ from pathlib import Path
 
 from infrarsi import hardware
 from infrarsi.contract import Contract, hash_files, matching_files
-from infrarsi.errors import ResumeError
+from infrarsi.errors import ResumeError, SpecError
+from infrarsi.options import CampaignOptions
 from infrarsi.spec import CampaignSpec, load_spec
-from infrarsi.workspace import CampaignDir
+from infrarsi.workspace import CampaignDir, default_campaigns_dir, default_tracking_uri
 
 BUILTIN_SPEC = Path(__file__).resolve().parents[2] / "workloads" / "gpt" / "campaign.toml"
 
@@ -41,14 +42,85 @@ def _workdir(spec: CampaignSpec, cdir: CampaignDir) -> Path:
     return snapshot(spec.workload_dir, cdir.snapshot / spec.workload_dir.name)
 
 
-def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | None = None) -> tuple[Contract, CampaignDir]:
+def git_spec(spec: str) -> tuple[str, str, str | None] | None:
+    """``(url, path in the repository, ref)`` for a spec given as ``URL#path[@ref]``;
+    None for a local path."""
+    if "://" not in spec and not spec.startswith("git@"):
+        return None
+    url, _, rest = spec.partition("#")
+    path, _, ref = (rest or "campaign.toml").partition("@")
+    return url, path, ref or None
+
+
+def fetch_spec(spec: str | None, out_root: Path) -> tuple[Path, Path | None]:
+    """The spec file to load, and the checkout made for it (None unless ``spec`` is a git
+    URL: then a shallow clone under ``out_root/.specs``, where the campaign runs in place)."""
+    if not spec:
+        return builtin_spec_path(), None
+    remote = git_spec(spec)
+    if remote is None:
+        return Path(spec), None
+    from infrarsi.adapters.git_branch import clone
+
+    url, rel, ref = remote
+    checkout = Path(out_root).resolve() / ".specs" / f"{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    checkout.parent.mkdir(parents=True, exist_ok=True)
+    clone(url, checkout, ref=ref)
+    return checkout / rel, checkout
+
+
+def resolved_options(options: CampaignOptions, spec: CampaignSpec) -> dict:
+    """What the campaign folder remembers: the proposer and budget actually used, the
+    MLflow store actually logged to, and the other overrides given."""
+    from infrarsi.proposers import proposer_names
+
+    proposer = options.proposer or spec.search.proposer
+    if proposer not in proposer_names():
+        raise SpecError(f"search.proposer: expected one of {proposer_names()}, found {proposer!r}; "
+                        "fix the spec or pass --proposer")
+    tracking_uri = options.tracking_uri or default_tracking_uri()
+    if tracking_uri.startswith("sqlite:///"):
+        Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return {**options.persisted(), "proposer": proposer, "budget": options.budget or spec.budget.num_trials,
+            "tracking_uri": tracking_uri}
+
+
+def start_campaign(options: CampaignOptions) -> tuple[Contract, CampaignDir, CampaignOptions]:
+    """Init a new campaign or load the one to resume; return it with its options resolved
+    (the remembered ones filling what ``options`` leaves unset). Everything that can be
+    checked is checked before the campaign folder exists."""
+    if options.resume:
+        contract, cdir = load_campaign(Path(options.resume))
+        remembered = cdir.read_json(cdir.options) if cdir.options.exists() else {}
+        resolved = options.over(remembered)
+        now = resolved_options(resolved, contract.spec)
+        if now != remembered:
+            cdir.write_json(cdir.options, now)
+        return contract, cdir, resolved.model_copy(update=now)
+    out_root = Path(options.out) if options.out else default_campaigns_dir()
+    spec_path, checkout = fetch_spec(options.spec, out_root)
+    try:
+        contract, cdir = init_campaign(spec_path, out_root, campaign_id=options.campaign_id, options=options)
+    except BaseException:
+        if checkout is not None:  # a spec that fails init leaves no checkout behind
+            import shutil
+
+            shutil.rmtree(checkout, ignore_errors=True)
+        raise
+    return contract, cdir, options.model_copy(update=cdir.read_json(cdir.options))
+
+
+def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | None = None,
+                  options: CampaignOptions | None = None) -> tuple[Contract, CampaignDir]:
     spec_path = Path(spec_path) if spec_path else builtin_spec_path()
     spec = load_spec(spec_path)
+    remembered = resolved_options(options or CampaignOptions(), spec)
     campaign_id = campaign_id or new_campaign_id(spec)
     cdir = CampaignDir(Path(out_root).resolve() / campaign_id)
     if cdir.contract.exists():
         raise ResumeError(f"{cdir.root} already holds a campaign; resume it with --resume {cdir.root}")
     cdir.root.mkdir(parents=True, exist_ok=True)
+    cdir.write_json(cdir.options, remembered)
     workdir = _workdir(spec, cdir)
     c = spec.contract
     locked = [] if spec.backend == "sim" else matching_files(workdir, c.locked)

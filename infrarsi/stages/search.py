@@ -22,20 +22,37 @@ class SearchOutcome:
 
 def search_priors(rt: CampaignRuntime) -> Any:
     """Built-in priors, under the LLM's where the spec names an endpoint. Every fallback
-    and dropped answer is a ledger event, so nothing the LLM said is lost."""
+    and dropped answer is a ledger event, so nothing the LLM said is lost. The LLM's
+    answer is stored with the campaign (``priors.json``): a resumed campaign uses it and
+    does not ask again."""
     from infrarsi import hardware
     from infrarsi.adapters.llm import LLMSettings, priors_or_fallback
     from infrarsi.engine.builtin_priors import builtin_priors
 
     spec, baseline = rt.spec, rt.space.validate(rt.spec.baseline)
-    fallback = builtin_priors(rt.space, baseline, on_cpu=rt.spec.trials_on_cpu)
     settings = LLMSettings(**spec.llm.model_dump()) if spec.llm else None
+    if settings is not None and rt.cdir.priors.exists():
+        return priors_from_json(rt.cdir.read_json(rt.cdir.priors))
+    fallback = builtin_priors(rt.space, baseline, on_cpu=rt.spec.trials_on_cpu)
     priors, warnings = priors_or_fallback(settings, rt.space, baseline, workload_description=spec.description,
                                           hardware_description=hardware.describe(dict(rt.contract.hardware)),
                                           fallback=fallback, log_dir=rt.cdir.root / "llm")
     if settings is not None:
         rt.ledger.append("priors", {"source": priors.source, "warnings": warnings})
+        rt.cdir.write_json(rt.cdir.priors, priors_to_json(priors))
     return priors
+
+
+def priors_to_json(priors: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {"source": priors.source, "settings": [asdict(p) for p in priors.settings.values()]}
+
+
+def priors_from_json(data: dict[str, Any]) -> Any:
+    from infrarsi.priors import Priors, SettingPrior
+
+    return Priors.of((SettingPrior(**p) for p in data["settings"]), data["source"])
 
 
 def build_proposer(rt: CampaignRuntime, name: str, priors: Any = None) -> Proposer:

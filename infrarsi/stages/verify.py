@@ -116,21 +116,43 @@ def canary_seed(contract_seed: int, round_index: int) -> int:
     return contract_seed + 1000 + round_index
 
 
+def _recorded_rounds(rt: CampaignRuntime, candidates: list[TrialResult]) -> list[tuple[TrialResult, dict]]:
+    """The rounds a killed campaign already ran, from its ledger: each round's baseline run
+    and its candidate runs by finalist index (final attempts only)."""
+    index = {tuple(sorted(c.config.items())): i for i, c in enumerate(candidates)}
+    baseline = rt.space.validate(rt.spec.baseline)
+    rounds: list[tuple[TrialResult, dict]] = []
+    for r in rt.ledger.trials():
+        if r.extra.get("retried"):
+            continue
+        if r.role is Role.VERIFY_BASELINE and dict(r.config) == baseline:  # not a class's canary reference
+            rounds.append((r, {}))
+        elif r.role is Role.VERIFY and rounds and tuple(sorted(r.config.items())) in index:
+            rounds[-1][1][index[tuple(sorted(r.config.items()))]] = r
+    return rounds
+
+
 def _rounds(rt: CampaignRuntime, doctor: DoctorReport, candidates: list[TrialResult]) -> list[list[tuple]]:
     """Per finalist, its (baseline run, candidate run) pairs. A finalist that fails a run
-    drops out of later rounds: it cannot be promoted, so its runs would be wasted."""
+    drops out of later rounds: it cannot be promoted, so its runs would be wasted. A
+    resumed campaign keeps the runs its ledger holds and runs only the missing ones."""
     contract = rt.spec.contract
     pairs: list[list[tuple]] = [[] for _ in candidates]
+    recorded = _recorded_rounds(rt, candidates)
     for round_index in range(rt.spec.budget.verify_pairs):
         alive = [i for i, ps in enumerate(pairs) if all(b.outcome is Outcome.OK for _, b in ps)]
         if not alive:
             break
         seed = canary_seed(contract.seed, round_index)
-        a = rt.run_one(doctor.baseline, Role.VERIFY_BASELINE, seed=seed,
-                       check=lambda r: enforce(r, contract, None))
-        check = _canary_check(rt, doctor, a, seed, [candidates[i].config for i in alive])
+        if round_index < len(recorded):
+            a, done = recorded[round_index]
+        else:
+            a, done = rt.run_one(doctor.baseline, Role.VERIFY_BASELINE, seed=seed,
+                                 check=lambda r: enforce(r, contract, None)), {}
+        check = _canary_check(rt, doctor, a, seed, [candidates[i].config for i in alive if i not in done])
         for i in alive:
-            pairs[i].append((a, rt.run_one(candidates[i].config, Role.VERIFY, check=check, seed=seed)))
+            b = done.get(i) or rt.run_one(candidates[i].config, Role.VERIFY, check=check, seed=seed)
+            pairs[i].append((a, b))
     return pairs
 
 

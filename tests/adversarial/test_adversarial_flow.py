@@ -19,8 +19,9 @@ def test_a_campaign_with_cheats_never_promotes_one(tmp_path, ray_session, prefec
     # write_spec ends in the [budget] table: add the search budget and a proposer.
     spec.write_text(spec.read_text() + 'num_trials = 5\n[search]\nproposer = "random"\n')
     from flows.campaign import campaign as campaign_flow
+    from infrarsi.options import CampaignOptions
 
-    summary = campaign_flow(spec=str(spec), out=str(tmp_path / "out"))
+    summary = campaign_flow(CampaignOptions(spec=str(spec), out=str(tmp_path / "out")))
     cdir = CampaignDir(tmp_path / "out" / summary["campaign_id"])
     trials = Ledger(cdir.ledger).trials()
     assert not any(t.config.get("patch_fewer_tokens") and t.outcome.value == "ok" for t in trials)

@@ -1,0 +1,46 @@
+"""A small simulated campaign run stage by stage on real Ray without Prefect, the way the
+flow wires the stages, for tests of what reads a finished campaign (report, compare)."""
+
+from pathlib import Path
+
+import pytest
+
+from infrarsi.report import build_report, campaign_metrics, summarize
+from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.stages.doctor import run_doctor
+from infrarsi.stages.init import init_campaign
+from infrarsi.stages.search import finalists, run_search
+from infrarsi.stages.verify import run_verification
+from infrarsi.workspace import CampaignDir
+
+
+def run_staged(tmp: Path, *, name: str, proposer: str, store: str, num_trials: int = 6,
+               sim_workload: str = "dense-9b-h100") -> CampaignDir:
+    tmp.mkdir(parents=True, exist_ok=True)
+    spec = tmp / f"{name}.toml"
+    spec.write_text(f'name = "{name}"\nbackend = "sim"\nsim_workload = "{sim_workload}"\n'
+                    f'[budget]\nnum_trials = {num_trials}\nnum_finalists = 1\nverify_pairs = 2\n'
+                    f'[search]\nproposer = "{proposer}"\n')
+    contract, cdir = init_campaign(spec, tmp / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(
+        tracking_uri=store, parent_params={"proposer": proposer, "num_trials": num_trials}))
+    try:
+        doctor = run_doctor(rt)
+        search = run_search(rt, doctor, proposer_name=proposer, num_trials=num_trials)
+        run_verification(rt, doctor, finalists(search.trials, doctor, 1))
+        build_report(cdir.root)
+        summary = summarize(cdir)
+        rt.finish(campaign_metrics(summary), tags={"infrarsi.branch": summary["branch"] or ""})
+    finally:
+        rt.close()
+    return cdir
+
+
+@pytest.fixture(scope="session")
+def staged_campaigns(tmp_path_factory, ray_session):
+    """Two campaigns of two jobs and two proposers in one MLflow store: (store, [dirs])."""
+    tmp = tmp_path_factory.mktemp("staged")
+    store = f"sqlite:///{tmp / 'mlflow.db'}"
+    return store, [run_staged(tmp / "a", name="sim-dense", proposer="random", store=store),
+                   run_staged(tmp / "b", name="sim-moe", proposer="engine", store=store,
+                              sim_workload="moe-26b-a4b-h200")]
