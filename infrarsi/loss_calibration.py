@@ -74,10 +74,14 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
                                    "score": max(scores)}]
     splits: list[tuple[dict, float]] = []  # honest splits in the baseline's numerics
     class_runs: dict[NumericsClass, TrialResult] = {}
-    for variant in spec.calibration:
+    warnings: list[str] | None = None
+    # Splits first: a refuted signal claim stops doctor before the other numerics run.
+    for variant in sorted(spec.calibration, key=lambda v: bool(class_of({**baseline, **v}, baseline, knobs))):
         cfg = {**baseline, **variant}
-        r = _run(rt, cfg)
         cls = class_of(cfg, baseline, knobs)
+        if cls and warnings is None:
+            warnings = _check_claim(signal, window, splits)
+        r = _run(rt, cfg)
         ok = r.outcome is Outcome.OK
         score = _score(base, r, signal, window) if ok else None
         rows.append({"config": variant, "class": describe(cls), "outcome": r.outcome.value, "trial_id": r.trial_id,
@@ -87,7 +91,7 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
         elif ok and cfg == class_config(baseline, cls):
             class_runs[cls] = r
     keeps_tol = max([contract.min_loss_tolerance] + [TOLERANCE_MARGIN * s for s in scores + [s for _, s in splits]])
-    warnings = _check_claim(signal, window, splits)
+    warnings = _check_claim(signal, window, splits) if warnings is None else warnings
     classes = [ClassReference(settings=(), losses=base.losses, eval_losses=base.eval_losses, tolerance=keeps_tol,
                               trial_ids=tuple(r.trial_id for r in runs), honest_score=max(scores + [s for _, s in splits]))]
     for cls in _classes(rt, baseline, knobs):
