@@ -11,8 +11,8 @@ from infrarsi.options import CampaignOptions
 from infrarsi.report import campaign_metrics, summarize
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from tasks.publish import name_flow_run, publish_task
-from tasks.stages import (adopt_doctor_task, apply_task, doctor_task, init_task, report_task, search_task,
-                          verify_task)
+from tasks.stages import (adopt_doctor_task, apply_task, doctor_task, init_task, minimize_task, report_task,
+                          search_task, verify_task)
 
 
 @flow(name="infrarsi-campaign", log_prints=True)
@@ -29,7 +29,7 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
         doctor = doctor_task.with_options(refresh_cache=opts.fresh_doctor or None)(rt)
         adopt_doctor_task(rt, doctor)
         search = search_task(rt, doctor, opts.proposer, opts.budget)
-        verification = verify_task(rt, doctor, search)
+        verification = minimize_task(rt, doctor, verify_task(rt, doctor, search))
         report_task(cdir)
         apply_task(rt, doctor, verification)
         report_task(cdir)  # again, so the report names the branch

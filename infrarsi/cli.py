@@ -70,8 +70,22 @@ def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
     else:
         spec, done = load_spec(options.spec or builtin_spec_path()), 0  # fails fast, before Prefect or Ray
         budget = options.budget or spec.budget.num_trials
+    return planned_trials(spec, budget), done
+
+
+def planned_trials(spec, budget: int | None) -> int:
+    """Trials the campaign runs at most when nothing fails: doctor's repeats (the extra
+    ones a weak noise estimate asks for included) and calibration, the search,
+    verification (one baseline run per round serves every finalist) and minimization's
+    leave-one-out rounds (at most one run per knob). Re-measurements and a joint-drop
+    confirmation grow the total as they happen; the bar ends at the count that ran."""
+    from infrarsi.noise import WEAK_BELOW_RUNS
+
     b = spec.budget
-    return budget + b.doctor_repeats + len(spec.calibration) + 2 * b.num_finalists * b.verify_pairs, done
+    doctor = max(b.doctor_repeats, min(b.doctor_max_repeats, WEAK_BELOW_RUNS))
+    verify = b.verify_pairs * (1 + b.num_finalists)
+    minimize = b.minimize_pairs * (2 + len(spec.space.knobs)) if b.minimize_pairs else 0
+    return (budget or b.num_trials) + doctor + len(spec.calibration) + verify + minimize
 
 
 def _campaign(args: argparse.Namespace) -> dict:
@@ -98,16 +112,32 @@ def _campaign(args: argparse.Namespace) -> dict:
         return campaign(options)
     finally:
         unsubscribe()
+        bar.total = bar.n  # what ran: fewer when finalists or changes to measure were fewer
+        bar.refresh()
         bar.close()
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
     if summary.get("verified_speedup"):
         lo, hi = summary["speedup_ci"]
-        print(f"verified speedup {summary['verified_speedup']:.2f}x (90% CI {lo:.2f}-{hi:.2f}); "
+        what = "end to end" if summary.get("end_to_end_speedup") is not None else "per step"
+        print(f"verified speedup {summary['verified_speedup']:.2f}x {what} (90% CI {lo:.2f}-{hi:.2f}); "
               f"branch {summary['branch']}")
+        if summary.get("end_to_end_speedup") is not None:
+            print(f"per step {summary['step_speedup']:.2f}x; job of {summary['job_steps']:,.0f} steps")
+        for c in summary.get("promoted_changes") or []:
+            share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
+            print(f"  {c['knob']}: {c['from']} -> {c['to']}, contributes {share}")
+        for c in summary.get("dropped_changes") or []:
+            print(f"  dropped {c['knob']}={c['to']}: did not pay")
     else:
         print("no candidate passed verification; the baseline stands")
+    if summary.get("canary_effective") is False:
+        print(summary["canary_note"])
+    if summary.get("noise_estimate_weak"):
+        print("warning: doctor's noise estimate is weak (too few baseline runs)")
+    if summary.get("campaign_wall_s") is not None:
+        print(f"campaign wall time {summary['campaign_wall_s']:.0f} s")
     print(f"trials by outcome {summary['trials_by_outcome']}; failed-trial seconds {summary['failed_trial_seconds']}")
     print(f"report: {summary['report']}")
     if as_json:

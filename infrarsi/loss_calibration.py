@@ -28,6 +28,7 @@ from infrarsi.knobs import Config
 from infrarsi.loss_contract import ClassReference, LossContract
 from infrarsi.numerics import NumericsClass, changing_knobs, class_config, class_of, describe, feasible_classes
 from infrarsi.runtime import CampaignRuntime
+from infrarsi.spec import ContractSpec
 from infrarsi.trial import Outcome, Role, TrialResult
 
 # An honest run's score, times this, is the tolerance: candidates run once, so the bound
@@ -170,19 +171,19 @@ def _check_claim(signal: str, window: int, splits: list[tuple[dict, float]]) -> 
 
 
 
-def canary_check(rt: CampaignRuntime, loss_contract: LossContract, baseline_run: TrialResult, seed: int,
-                 configs: list[Config]) -> Callable[[TrialResult], TrialResult]:
-    """Verification's loss check at a canary seed: each candidate against a run of its own
-    numerics class's reference config at that seed (the baseline run for the baseline's
-    numerics; the others run here, once per class among ``configs``), at the class's tolerance."""
-    contract = rt.spec.contract
+def canary_loss_check(contract: ContractSpec, loss_contract: LossContract, baseline_run: TrialResult, seed: int,
+                      configs: list[Config], run_reference: Callable[[Config], TrialResult],
+                      ) -> Callable[[TrialResult], TrialResult]:
+    """The loss check at a canary seed: each candidate against a run of its own numerics
+    class's reference config at that seed (the baseline run for the baseline's numerics;
+    the others run here with ``run_reference``, once per class among ``configs``), at the
+    class's tolerance. Verification and minimization both use it."""
     runs = {(): baseline_run}
     for cfg in configs:
         cls = loss_contract.class_of(cfg)
         ref = loss_contract.reference_of(cls)
         if cls not in runs and ref is not None and not ref.failure:
-            runs[cls] = rt.run_one(loss_contract.reference_config(cls), Role.VERIFY_BASELINE, seed=seed,
-                                   check=lambda t: enforce(t, contract, None))
+            runs[cls] = run_reference(loss_contract.reference_config(cls))
 
     def check(result: TrialResult) -> TrialResult:
         cls = loss_contract.class_of(result.config)

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from infrarsi.ledger import Ledger
+from infrarsi.report_promotion import (contribution_sections, final_verification, noise_bullets, promoted_verdict,
+                                       promotion_summary, result_bullets, verification_blocks)
 from infrarsi.trial import Outcome, Role, TrialResult
 from infrarsi.workspace import CampaignDir
 
@@ -45,11 +47,7 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
     contract = cdir.read_json(cdir.contract)
     trials = Ledger(cdir.ledger).trials()
     doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
-    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else None
-    promoted = None
-    if verification:
-        winners = [v for v in verification["verdicts"] if v["promoted"]]
-        promoted = max(winners, key=lambda v: v["speedup"]) if winners else None
+    promoted = promoted_verdict(final_verification(cdir))
     ok_search = [t for t in trials if t.role is Role.SEARCH and t.outcome is Outcome.OK]
     costs = cost_by_outcome(trials)
     apply = cdir.read_json(cdir.root / "apply.json") if (cdir.root / "apply.json").exists() else {}
@@ -67,7 +65,20 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "branch": apply.get("branch"), "commit": apply.get("commit"),
         "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.get("extra", {}).get("mlflow_parent_run_id"),
         "report": str(cdir.report_html),
+        "campaign_wall_s": _campaign_wall_s(cdir),
+        **promotion_summary(cdir),
     }
+
+
+def _campaign_wall_s(cdir: CampaignDir) -> float | None:
+    """Seconds from the contract's creation to the last ledger record."""
+    import datetime as dt
+
+    created = cdir.read_json(cdir.contract).get("created_at")
+    last = max((e["recorded_at"] for e in Ledger(cdir.ledger).events()), default=None)
+    if not created or last is None:
+        return None
+    return round(last - dt.datetime.fromisoformat(created).timestamp(), 1)
 
 
 def campaign_metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -150,27 +161,33 @@ def _tbl(headers: list[str], rows: Iterable[Iterable[Any]]) -> dict[str, Any]:
     return {"table": {"headers": list(headers), "rows": [[str(c) for c in row] for row in rows]}}
 
 
-def _result_blocks(s: dict[str, Any], baseline: dict) -> list[dict[str, Any]]:
+def _result_blocks(s: dict[str, Any], baseline: dict, verified_any: bool) -> list[dict[str, Any]]:
     if s["verified_speedup"]:
         lo, hi = s["speedup_ci"]
         head = {"text": f"**Verified speedup {s['verified_speedup']:.2f}x** (90% CI {lo:.2f}x - {hi:.2f}x; its lower "
                         "end is the one-sided 95% bound), paired A B A B against the baseline."}
         bullets = [f"promoted config: `{_diff(s['promoted_config'], baseline)}`",
                    f"branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "branch: not staged"]
-    else:
+    elif verified_any:
         head = {"text": "No candidate was promoted: none cleared verification (see below). The baseline stands."}
         bullets = []
+    else:
+        head = {"text": "No candidate was promoted: no search trial beat the baseline by more than its noise, so "
+                        "none was verified. The baseline stands."}
+        bullets = []
+    bullets += result_bullets(s)
     bullets += [f"baseline step time {_fmt_s(s['baseline_step_time_s'])}, best search trial {_fmt_s(s['best_step_time_s'])}",
                 f"trials by outcome: {s['trials_by_outcome']}; seconds spent on failed trials: {s['failed_trial_seconds']}"]
     return [head, {"bullets": bullets}]
 
 
-def _doctor_blocks(doctor: dict | None, spec: dict) -> list[dict[str, Any]]:
+def _doctor_blocks(doctor: dict | None, spec: dict, verification: dict) -> list[dict[str, Any]]:
     if not doctor:
         return [{"text": "Doctor has not finished."}]
     bullets = [f"config: `{spec['baseline']}`",
                f"median step time {_fmt_s(doctor['step_time_s'])} over runs {[_fmt_s(x) for x in doctor['run_step_times_s']]}",
-               f"noise: between-run CV {doctor['noise_cv']:.2%}, within-run CV {doctor['within_run_cv']:.2%}",
+               *noise_bullets(doctor, verification if verification["verdicts"] else None),
+               f"start-up (launch to steady steps) {doctor.get('startup_s', 0.0):.2f} s",
                f"peak memory {_fmt_bytes(doctor['peak_memory_bytes'])} (capacity {_fmt_bytes(spec['device']['memory_capacity'])})",
                f"loss tolerance {doctor['loss_tolerance']:.2%} ({doctor['loss_tolerance_source']})",
                "phases (median per step): " + ", ".join(f"{k} {_fmt_s(v)}" for k, v in doctor["phases_s"].items())]
@@ -190,27 +207,26 @@ def report_context(cdir: CampaignDir) -> dict[str, Any]:
     trials = Ledger(cdir.ledger).trials()
     doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
     search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
-    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else {"verdicts": []}
+    verification = final_verification(cdir) or {"verdicts": []}
     baseline = spec["baseline"]
     hw = contract["hardware"]
     intro = (f"Workload `{spec['name']}` ({spec['backend']} backend) on {hw.get('cpu')}, {hw.get('num_cpus')} CPUs, "
              f"GPUs: {hw.get('gpus') or 'none'}. Proposer: `{search.get('proposer', spec['search']['proposer'])}`.")
     costs = cost_by_outcome(trials)
     sections = [
-        {"id": "result", "title": "Result", "blocks": _result_blocks(s, baseline)},
-        {"id": "doctor", "title": "Doctor (baseline)", "blocks": _doctor_blocks(doctor, spec)},
+        {"id": "result", "title": "Result", "blocks": _result_blocks(s, baseline, bool(verification["verdicts"]))},
+        {"id": "doctor", "title": "Doctor (baseline)", "blocks": _doctor_blocks(doctor, spec, verification)},
         {"id": "cost", "title": "Cost by outcome", "blocks": [_tbl(
             ["outcome", "trials", "wall s", "device s"],
             ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items())))]},
-        {"id": "verification", "title": "Verification", "blocks": [_tbl(
-            ["config", "pairs", "speedup", "90% CI", "promoted", "why"],
-            ([_diff(v["config"], baseline), len(v["pairs"]), f"{v['speedup']:.3f}" if v["speedup"] else "-",
-              f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-", "yes" if v["promoted"] else "no",
-              v["reason"]] for v in verification["verdicts"]))]},
+        *contribution_sections(cdir),
+        {"id": "verification", "title": "Verification", "blocks": verification_blocks(verification, baseline)},
         {"id": "trials", "title": "Trials", "blocks": [_tbl(
-            ["trial", "role", "outcome", "step time", "peak memory", "config (vs baseline)", "reason"],
+            ["trial", "role", "outcome", "step time", "start-up", "wall", "peak memory", "config (vs baseline)",
+             "reason"],
             ([t.trial_id + (f"#{t.attempt}" if t.attempt > 1 else ""), t.role.value, t.outcome.value,
-              _fmt_s(t.step_time_s), _fmt_bytes(t.peak_memory_bytes), _diff(dict(t.config), baseline), t.reason[:120]]
+              _fmt_s(t.step_time_s), "-" if t.startup_s is None else f"{t.startup_s:.2f} s", f"{t.wall_time_s:.1f} s",
+              _fmt_bytes(t.peak_memory_bytes), _diff(dict(t.config), baseline), t.reason[:120]]
              for t in trials))]},
     ]
     if search.get("describe"):

@@ -112,6 +112,25 @@ class BudgetSpec(_Model):
     doctor_repeats: int = Field(default=3, ge=3)
     num_finalists: int = Field(default=2, ge=1)
     verify_pairs: int = Field(default=5, ge=2)
+    doctor_max_repeats: int = Field(
+        default=5, ge=3, description="baseline runs doctor may take in all when the noise estimate is weak")
+    minimize_pairs: int = Field(
+        default=3, ge=0, description="interleaved rounds that measure each promoted change's contribution "
+        "and drop those that do not pay; 0: promote the verified winner as it is")
+
+
+class ObjectiveSpec(_Model):
+    """How long the real job runs. Unset: the objective is the step time alone; set: the
+    job's total time, start-up plus steps x step time (what the user pays)."""
+
+    job_steps: int | None = Field(default=None, gt=0, description="optimizer steps of the real job")
+    job_hours: float | None = Field(default=None, gt=0, description="hours the real job runs at the baseline")
+
+    @model_validator(mode="after")
+    def _one_length(self) -> "ObjectiveSpec":
+        if self.job_steps is not None and self.job_hours is not None:
+            raise ValueError("give job_steps or job_hours, not both")
+        return self
 
 
 class SearchSpec(_Model):
@@ -220,6 +239,7 @@ class CampaignSpec(_Model):
     resources: ResourcesSpec = ResourcesSpec()
     budget: BudgetSpec = BudgetSpec()
     search: SearchSpec = SearchSpec()
+    objective: ObjectiveSpec = ObjectiveSpec()
     llm: LLMSpec | None = Field(default=None, description="LLM priors; unset: built-in priors only")
     patches: list[str] = Field(default=[], description="code patches, each a boolean knob patch_<name>: "
                                "built-in names (infra_patches/) or folders relative to the spec file")

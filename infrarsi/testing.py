@@ -78,9 +78,11 @@ def knob_space(knobs: dict[str, list]) -> KnobSpace:
 
 def tiny_spec(tmp: Path, *, capacity_bytes: int, num_trials: int, proposer: str = "random",
               verify_pairs: int = 3, knobs: dict[str, list] | None = None, seed: int = 0,
-              num_finalists: int = 1, name: str = "tiny.toml") -> Path:
+              num_finalists: int = 1, name: str = "tiny.toml", minimize_pairs: int = 0,
+              doctor_max_repeats: int = 3) -> Path:
     """A campaign on the tiny flavour whose baseline is the first value of every knob; with
-    ``oom_capacity``, micro-batch 64 fits only with savers, if at all."""
+    ``oom_capacity``, micro-batch 64 fits only with savers, if at all. Minimization and
+    doctor's extra repeats are off unless asked for (they cost trials a test rarely needs)."""
     knobs = knobs or SMALL_KNOBS
     baseline = ", ".join(f"{k} = {json.dumps(v[0])}" for k, v in knobs.items())
     lines = [
@@ -99,7 +101,8 @@ def tiny_spec(tmp: Path, *, capacity_bytes: int, num_trials: int, proposer: str 
         "[device]", f"memory_capacity = {capacity_bytes}",
         "[resources]", "cpus_per_trial = 1",
         "[budget]", f"num_trials = {num_trials}", "trial_timeout_s = 120", f"num_finalists = {num_finalists}",
-        f"verify_pairs = {verify_pairs}",
+        f"verify_pairs = {verify_pairs}", f"minimize_pairs = {minimize_pairs}",
+        f"doctor_max_repeats = {doctor_max_repeats}",
         "[search]", f'proposer = "{proposer}"', f"seed = {seed}",
     ]
     path = tmp / name

@@ -58,6 +58,10 @@ class CampaignDir:
         return self.root / "verification.json"
 
     @property
+    def minimize(self) -> Path:
+        return self.root / "minimize.json"
+
+    @property
     def summary(self) -> Path:
         return self.root / "summary.json"
 

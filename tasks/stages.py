@@ -20,6 +20,7 @@ from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.apply import run_apply
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor, cached_doctor_trials, run_doctor
 from infrarsi.stages.init import start_campaign
+from infrarsi.stages.minimize import run_minimize
 from infrarsi.stages.search import SearchOutcome, finalists, run_search
 from infrarsi.stages.verify import VerificationReport, run_verification
 from infrarsi.workspace import CampaignDir
@@ -44,7 +45,7 @@ def _doctor_cache_key(context: Any, inputs: dict[str, Any]) -> str:
     c: Contract = inputs["rt"].contract
     b, seed = c.spec.budget, c.spec.search.seed
     return (f"infrarsi-doctor-{c.contract_hash}-{c.hardware_hash}-{c.source_hash}"
-            f"-r{b.doctor_repeats}-t{b.trial_timeout_s:g}-s{seed}")
+            f"-r{b.doctor_repeats}-m{b.doctor_max_repeats}-t{b.trial_timeout_s:g}-s{seed}")
 
 
 @task(name="init", cache_policy=NO_CACHE)
@@ -75,6 +76,11 @@ def search_task(rt: CampaignRuntime, doctor: DoctorReport, proposer: str, num_tr
 @task(name="verify", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
 def verify_task(rt: CampaignRuntime, doctor: DoctorReport, search: SearchOutcome) -> VerificationReport:
     return run_verification(rt, doctor, finalists(search.trials, doctor, rt.spec.budget.num_finalists))
+
+
+@task(name="minimize", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
+def minimize_task(rt: CampaignRuntime, doctor: DoctorReport, verification: VerificationReport) -> VerificationReport:
+    return run_minimize(rt, doctor, verification)
 
 
 @task(name="report", cache_policy=NO_CACHE)

@@ -15,6 +15,12 @@ p.add_argument("--sleep", type=float, default=0.05)
 p.add_argument("--alloc-mb", type=int, default=0)
 p.add_argument("--tokens", type=int, default=2048)
 p.add_argument("--echo", default="")
+p.add_argument("--noop", default="", help="accepted and ignored: a knob that does nothing")
+p.add_argument("--compile", default="off", help="on: sleep --compile-s before the first step (a compile "
+               "stand-in), then every step takes half --sleep")
+p.add_argument("--compile-s", type=float, default=1.0)
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--seed-mode", default="ignore", help="use: the losses depend on --seed")
 args = p.parse_args()
 
 out = open(os.environ["INFRARSI_METRICS_FILE"], "a")
@@ -45,6 +51,10 @@ if args.mode == "hang":
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print("CHILD", child.pid, flush=True)
     time.sleep(600)
+if args.compile == "on":
+    time.sleep(args.compile_s)
+    args.sleep /= 2
+offset = 0.001 * (args.seed % 97) if args.seed_mode == "use" else 0.0
 emit({"event": "start", "seq_len": 128, "global_batch_tokens": args.tokens})
 hog = []
 for step in range(args.steps):
@@ -61,6 +71,6 @@ for step in range(args.steps):
         with open("locked.txt", "a") as f:
             f.write("tampered\n")
     reported = 0.001 if args.mode == "liar" else time.perf_counter() - t0
-    emit({"event": "step", "step": step, "loss": 5.0 - 0.1 * step, "step_time_s": reported,
+    emit({"event": "step", "step": step, "loss": 5.0 - 0.1 * step + offset, "step_time_s": reported,
           "tokens": args.tokens, "peak_memory_bytes": 0})
 emit({"event": "end"})

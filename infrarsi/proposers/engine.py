@@ -232,3 +232,13 @@ class InfraRSIProposer(Proposer):
             return None
         best = min(ok, key=lambda r: r.step_time_s)
         return {"trial_id": best.trial_id, "config": dict(best.config), "step_time_s": best.step_time_s}
+
+
+def warm_start_configs(ctx: SearchContext, baseline_result) -> list[Config]:
+    """The engine's start configs after observing only ``baseline_result`` (one batch of
+    ``NUM_START_CONFIGS``, one per start source): the warm start other proposers get
+    (``SearchContext.extra["warm_start_configs"]``) for a fair comparison. A sequential
+    engine asks the same sources in the same order, so its first config is the first of these."""
+    engine = InfraRSIProposer(ctx)
+    engine.observe(baseline_result)
+    return engine.suggest(NUM_START_CONFIGS)

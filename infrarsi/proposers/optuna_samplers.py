@@ -4,6 +4,8 @@ Optuna samplers ignore FAIL trials, so an OOM recorded as FAIL would teach them 
 Here every finished trial is told as COMPLETE with constraints ``oom`` and ``crash``
 (``Trial.set_constraint``; feasible when <= 0) and, for failures, a pessimistic value (the worst time seen), so
 constraint-aware samplers learn where the memory wall and the crashes are.
+``SearchContext.extra["warm_start_configs"]`` are enqueued, so a sampler can start from
+the same configs as the engine; priors they cannot take.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class _OptunaProposer(Proposer):
         self.study = optuna.create_study(direction="minimize", sampler=self._make_sampler(ctx.seed))
         self._pending: dict[tuple, Any] = {}
         self._known: dict[tuple, tuple[float, dict[str, float]]] = {}
+        # A warm start (the engine's start configs, ``warm_start_configs``): asked first, in order.
+        for cfg in ctx.extra.get("warm_start_configs", ()):
+            self.study.enqueue_trial(dict(cfg), skip_if_exists=True)
 
     def _make_sampler(self, seed: int) -> Any:
         raise NotImplementedError

@@ -33,7 +33,7 @@ def all_reduce_s(hw: Hardware, nbytes, n, stride) -> np.ndarray:
     n = np.asarray(n, dtype=float)
     bw, alpha = _link(hw, n, np.asarray(stride))
     t = 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * alpha
-    return np.where(n > 1, t, 0.0)
+    return np.where((n > 1) & (np.asarray(nbytes) > 0), t, 0.0)  # nothing to send: no call
 
 
 def all_gather_s(hw: Hardware, nbytes, n, stride) -> np.ndarray:
@@ -41,7 +41,7 @@ def all_gather_s(hw: Hardware, nbytes, n, stride) -> np.ndarray:
     n = np.asarray(n, dtype=float)
     bw, alpha = _link(hw, n, np.asarray(stride))
     t = (n - 1) / n * nbytes / bw + (n - 1) * alpha
-    return np.where(n > 1, t, 0.0)
+    return np.where((n > 1) & (np.asarray(nbytes) > 0), t, 0.0)  # nothing to send: no call
 
 
 reduce_scatter_s = all_gather_s

@@ -32,10 +32,11 @@ def num_microbatches(job: Job, c: Columns) -> np.ndarray:
     return job.global_batch / (c["dp"] * c["micro_batch"])
 
 
-def mfu(job: Job, step_time: np.ndarray) -> np.ndarray:
+def mfu(job: Job, step_time: np.ndarray, *, causal: bool = True) -> np.ndarray:
     """Model FLOPs utilisation: model FLOPs per step (recompute not counted) over
-    ``step_time * num_gpus * peak``, as Chowdhery et al. 2022 (PaLM) define it."""
-    flops = job.tokens_per_step * job.model.flops_per_token(job.seq_len)
+    ``step_time * num_gpus * peak``, as Chowdhery et al. 2022 (PaLM) define it; attention
+    counted causally (half the score and value products) unless ``causal`` is False."""
+    flops = job.tokens_per_step * job.model.flops_per_token(job.seq_len, causal=causal)
     return flops / (step_time * job.num_gpus * job.hw.peak_flops)
 
 

@@ -52,6 +52,12 @@ def expert_dp(c: Columns) -> np.ndarray:
     return c["dp"] * c["tp"] // c["ep"]
 
 
+def data_parallel_ranks(job: Job, c: Columns) -> np.ndarray:
+    """The largest group any parameter is replicated (or sharded) over: dp, or for an
+    MoE also the experts' data-parallel group."""
+    return np.maximum(c["dp"], expert_dp(c)) if job.model.is_moe else np.asarray(c["dp"])
+
+
 def model_state_bytes(job: Job, c: Columns) -> np.ndarray:
     dense, experts = params_per_rank(job, c)
     z = c["zero"]
@@ -63,7 +69,9 @@ def model_state_bytes(job: Job, c: Columns) -> np.ndarray:
     states = dense * per_param(c["dp"]) + experts * per_param(expert_dp(c))
     m = job.model
     layer = (m.attention_params + m.dense_mlp_params) / c["tp"] + m.expert_params / c["ep"]
-    gathered = np.where(z == 3, 2 * layer * (2 + 4), 0.0)  # two layers prefetched, bf16 + fp32 grad
+    # Two layers prefetched, bf16 + fp32 grad; a group of one rank has nothing to gather.
+    sharded = data_parallel_ranks(job, c) > 1
+    gathered = np.where((z == 3) & sharded, 2 * layer * (2 + 4), 0.0)
     return states + gathered
 
 

@@ -84,12 +84,15 @@ class ModelShape:
         per_layer = self.attention_params + self.dense_mlp_params + experts
         return self.num_layers * per_layer + self.embedding_params
 
-    def flops_per_token(self, seq_len: int) -> float:
-        """Model FLOPs per trained token, as torchtitan and PaLM (App. B) count them for MFU:
-        ``6 * N_active`` (without the input-embedding lookup) plus ``12 * L * d_q * s``
-        for attention scores and values (non-causal count, the published convention)."""
+    def flops_per_token(self, seq_len: int, *, causal: bool = True) -> float:
+        """Model FLOPs per trained token for MFU: ``6 * N_active`` (without the input-embedding
+        lookup) plus attention scores and values, ``12 * L * d_q * s`` counted in full
+        (PaLM App. B, torchtitan) or ``6 * L * d_q * s`` with ``causal`` (only the unmasked
+        half is work: the convention of Megatron-LM's causal count and FlashAttention's
+        FLOP/s figures). The simulator reports causal MFU; calibration compares each
+        publication in its own convention."""
         n = self.num_active_params - self.vocab * self.hidden * (0 if self.tied_embeddings else 1)
-        return 6.0 * n + 12.0 * self.num_layers * self.q_dim * seq_len
+        return 6.0 * n + (6.0 if causal else 12.0) * self.num_layers * self.q_dim * seq_len
 
 
 _MODELS = {
@@ -104,6 +107,32 @@ _MODELS = {
                    num_kv_heads=32, vocab=50432, swiglu=False, tied_embeddings=True),
         ModelShape(name="mixtral-8x22b", num_layers=56, hidden=6144, ffn_hidden=0, num_heads=48,
                    num_kv_heads=8, vocab=32768, num_experts=8, experts_per_token=2, expert_ffn=16384),
+        # Shapes for the generated benchmark jobs (``generator.py``), from each model's
+        # published config.json on the Hugging Face Hub (meta-llama/Llama-2-7b-hf,
+        # meta-llama/Llama-2-13b-hf, mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-14B,
+        # Qwen/Qwen2.5-32B, mistralai/Mixtral-8x7B-v0.1, allenai/OLMoE-1B-7B-0924,
+        # Qwen/Qwen1.5-MoE-A2.7B, deepseek-ai/deepseek-moe-16b-base).
+        ModelShape(name="llama2-7b", num_layers=32, hidden=4096, ffn_hidden=11008, num_heads=32,
+                   num_kv_heads=32, vocab=32000),
+        ModelShape(name="llama2-13b", num_layers=40, hidden=5120, ffn_hidden=13824, num_heads=40,
+                   num_kv_heads=40, vocab=32000),
+        ModelShape(name="mistral-7b", num_layers=32, hidden=4096, ffn_hidden=14336, num_heads=32,
+                   num_kv_heads=8, vocab=32000),
+        ModelShape(name="qwen2.5-14b", num_layers=48, hidden=5120, ffn_hidden=13824, num_heads=40,
+                   num_kv_heads=8, vocab=152064),
+        ModelShape(name="qwen2.5-32b", num_layers=64, hidden=5120, ffn_hidden=27648, num_heads=40,
+                   num_kv_heads=8, vocab=152064),
+        ModelShape(name="mixtral-8x7b", num_layers=32, hidden=4096, ffn_hidden=0, num_heads=32,
+                   num_kv_heads=8, vocab=32000, num_experts=8, experts_per_token=2, expert_ffn=14336),
+        ModelShape(name="olmoe-1b-7b", num_layers=16, hidden=2048, ffn_hidden=0, num_heads=16,
+                   num_kv_heads=16, vocab=50304, num_experts=64, experts_per_token=8, expert_ffn=1024),
+        ModelShape(name="qwen1.5-moe-a2.7b", num_layers=24, hidden=2048, ffn_hidden=0, num_heads=16,
+                   num_kv_heads=16, vocab=151936, num_experts=60, experts_per_token=4, expert_ffn=1408,
+                   shared_expert_ffn=5632),
+        # Two shared experts of width 1408 as one of 2816; its first, dense layer is priced as MoE.
+        ModelShape(name="deepseek-moe-16b", num_layers=28, hidden=2048, ffn_hidden=0, num_heads=16,
+                   num_kv_heads=16, vocab=102400, num_experts=64, experts_per_token=6, expert_ffn=1408,
+                   shared_expert_ffn=2816),
         # Shapes like the paper's four workloads (public configs where known, else plausible).
         ModelShape(name="qwen-9b-dense", num_layers=40, hidden=4096, ffn_hidden=12288, num_heads=32,
                    num_kv_heads=8, vocab=151936),

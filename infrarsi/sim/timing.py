@@ -37,7 +37,8 @@ Data-parallel gradient reduction (fp32), parameter all-gather (bf16), ZeRO-3's p
 micro-batch gathers and reduce-scatters (PyTorch FSDP), each with ``n_buckets`` bucket
 latencies of 30 us; with overlap each hides behind 90% of the compute it can overlap
 (last micro-batch backward for gradients, first forward for parameters) but never
-below one bucket, and overlapping slows compute by 3% (SM and HBM contention).
+below one bucket, and overlapping slows compute by 3% (SM and HBM contention) where a
+data-parallel collective exists to overlap (none at dp = 1).
 Pipeline: 1F1B, step = ``(m + pp - 1) * (slowest stage micro-batch + p2p)``, i.e. the
 bubble fraction ``(pp-1)/m`` of Narayanan et al. 2021; the last stage also runs the output
 layer and the loss. Optimizer: AdamW traffic of 36 bytes per local parameter at HBM
@@ -50,7 +51,7 @@ import numpy as np
 
 from infrarsi.sim import comm
 from infrarsi.sim.job import Columns, Job
-from infrarsi.sim.memory import expert_dp, params_per_rank
+from infrarsi.sim.memory import data_parallel_ranks, expert_dp, params_per_rank
 
 BUCKET_LATENCY_S = 30e-6
 STEP_FIXED_S = 5e-3          # data loading, host sync, logging
@@ -140,7 +141,10 @@ def step_time_s(job: Job, c: Columns, num_microbatches: np.ndarray) -> np.ndarra
     layers = job.model.num_layers / c["pp"]
     ovg = c["overlap_grad_reduce"].astype(bool)
     ovp = c["overlap_param_gather"].astype(bool)
-    compute_scale = np.where(ovg | ovp, OVERLAP_SLOWDOWN, 1.0)
+    # Overlap contends for SMs and HBM only while a data-parallel collective runs: with no
+    # data-parallel group (dp = 1 and no expert-data group) there is nothing to overlap.
+    has_dp_comm = data_parallel_ranks(job, c) > 1
+    compute_scale = np.where((ovg | ovp) & has_dp_comm, OVERLAP_SLOWDOWN, 1.0)
     fwd = layers * lt["fwd"] * compute_scale
     bwd = layers * lt["bwd"] * compute_scale
     stage = fwd + bwd + head_times(job, c)
@@ -157,7 +161,7 @@ def step_time_s(job: Job, c: Columns, num_microbatches: np.ndarray) -> np.ndarra
         nbytes_d, nbytes_e = dense * bytes_per_param, experts * bytes_per_param
         n_buckets = np.ceil((nbytes_d + nbytes_e) / bucket)
         bw = fn(hw, nbytes_d, c["dp"], c["tp"]) + fn(hw, nbytes_e, edp, c["ep"])
-        latency = np.where(np.maximum(c["dp"], edp) > 1, n_buckets * BUCKET_LATENCY_S, 0.0)
+        latency = np.where(has_dp_comm, n_buckets * BUCKET_LATENCY_S, 0.0)
         frac = np.minimum(1.0, bucket / np.maximum(nbytes_d + nbytes_e, 1.0))
         return bw + latency, frac
 

@@ -47,7 +47,7 @@ class Workload:
         return self.job.hw.memory_bytes
 
 
-def _space(job: Job, domains: dict[str, tuple]) -> KnobSpace:
+def knob_space(job: Job, domains: dict[str, tuple]) -> KnobSpace:
     m = job.model
     knobs = tuple(Knob(name=n, values=v, description=_DESCRIPTIONS[n]) for n, v in domains.items())
     cons = [f"tp * pp * dp == {job.num_gpus}" if "pp" in domains else f"tp * dp == {job.num_gpus}",
@@ -74,7 +74,7 @@ def _build() -> dict[str, Workload]:
     job = Job.of(model="qwen-9b-dense", hw="h100-sxm-80gb", num_gpus=8, seq_len=4096, global_batch=64)
     out.append(Workload(
         name="dense-9b-h100", description="Qwen3.5-9B-like dense, 8xH100, seq 4096, 256k tokens/step",
-        job=job, space=_space(job, {**_PARALLEL, **_COMMON, "bucket_mb": (25, 200), "fused_ce": _BOOL}),
+        job=job, space=knob_space(job, {**_PARALLEL, **_COMMON, "bucket_mb": (25, 200), "fused_ce": _BOOL}),
         # A Megatron user's first run: TP 4 "because the recipe for a bigger model said so",
         # distributed optimizer, full recompute to be safe, Megatron's defaults for the rest
         # (no sequence parallelism, no comm overlap, small buckets), eager, foreach AdamW.
@@ -86,7 +86,7 @@ def _build() -> dict[str, Workload]:
     job = Job.of(model="gemma-26b-a4b-moe", hw="h200-141gb", num_gpus=8, seq_len=4096, global_batch=64)
     out.append(Workload(
         name="moe-26b-a4b-h200", description="Gemma-4-26B-A4B-like MoE (128 experts, top-8), 8xH200, seq 4096",
-        job=job, space=_space(job, {"tp": (1, 2, 4), "dp": (1, 2, 4, 8), "ep": (1, 2, 4, 8), **_COMMON,
+        job=job, space=knob_space(job, {"tp": (1, 2, 4), "dp": (1, 2, 4, 8), "ep": (1, 2, 4, 8), **_COMMON,
                                     "grouped_gemm": _BOOL}),
         # The Hugging Face modelling code under FSDP: experts run as a Python loop, no
         # expert parallelism, full checkpointing, eager.
@@ -98,7 +98,7 @@ def _build() -> dict[str, Workload]:
     job = Job.of(model="dense-27b", hw="h200-141gb", num_gpus=8, seq_len=4096, global_batch=64)
     out.append(Workload(
         name="dense-27b-h200", description="27B dense, 8xH200, seq 4096, 256k tokens/step",
-        job=job, space=_space(job, {**_PARALLEL, "pp": (1, 2), **_COMMON, "fused_ce": _BOOL}),
+        job=job, space=knob_space(job, {**_PARALLEL, "pp": (1, 2), **_COMMON, "fused_ce": _BOOL}),
         # A Megatron user on a model that "needs model parallelism": TP 4, distributed
         # optimizer, full recompute, and Megatron's defaults (no sequence parallelism, no
         # comm overlap), eager, foreach AdamW.
@@ -110,7 +110,7 @@ def _build() -> dict[str, Workload]:
     job = Job.of(model="qwen-35b-a3b-moe", hw="h200-141gb", num_gpus=8, seq_len=4096, global_batch=64)
     out.append(Workload(
         name="moe-35b-a3b-h200", description="Qwen3.5-35B-A3B-like MoE (256 experts, top-8), 8xH200, seq 4096",
-        job=job, space=_space(job, {"tp": (1, 2, 4), "dp": (1, 2, 4, 8), "ep": (1, 2, 4, 8), **_COMMON,
+        job=job, space=knob_space(job, {"tp": (1, 2, 4), "dp": (1, 2, 4, 8), "ep": (1, 2, 4, 8), **_COMMON,
                                     "grouped_gemm": _BOOL}),
         # An MoE recipe with the expert kernels already right (EP 8, grouped GEMM) but FSDP
         # full shard, full recompute and eager, no overlap; what is left is the rest.
@@ -125,7 +125,7 @@ def _build() -> dict[str, Workload]:
     job = Job.of(model="llama3-8b", hw="a100-80gb", num_gpus=8, seq_len=4096, global_batch=64)
     out.append(Workload(
         name="llama3-8b-a100", description="Llama-3-8B, 8xA100-80GB, seq 4096 (held out)",
-        job=job, space=_space(job, {**_PARALLEL, **_COMMON, "bucket_mb": (25, 200), "fused_ce": _BOOL}),
+        job=job, space=knob_space(job, {**_PARALLEL, **_COMMON, "bucket_mb": (25, 200), "fused_ce": _BOOL}),
         # A torchtitan-style first run: TP 2 with sequence parallelism, selective recompute.
         baseline=dict(tp=2, dp=4, zero=1, micro_batch=1, recompute="selective", sequence_parallel=True,
                       overlap_grad_reduce=True, overlap_param_gather=False, bucket_mb=25, compile=False,
@@ -134,7 +134,7 @@ def _build() -> dict[str, Workload]:
     job = Job.of(model="dense-27b", hw="h100-sxm-80gb", num_gpus=8, seq_len=4096, global_batch=64)
     out.append(Workload(
         name="dense-27b-h100", description="27B dense, 8xH100, seq 4096 (held out)",
-        job=job, space=_space(job, {**_PARALLEL, "pp": (1, 2), **_COMMON, "fused_ce": _BOOL}),
+        job=job, space=knob_space(job, {**_PARALLEL, "pp": (1, 2), **_COMMON, "fused_ce": _BOOL}),
         # FSDP over all eight GPUs does not fit at this size; the user adds TP 2 (no
         # sequence parallelism), keeps full shard and full recompute, eager.
         baseline=dict(tp=2, pp=1, dp=4, zero=3, micro_batch=1, recompute="full", sequence_parallel=False,
@@ -144,7 +144,7 @@ def _build() -> dict[str, Workload]:
     job = Job.of(model="debug", hw="debug", num_gpus=4, seq_len=128, global_batch=8)
     out.append(Workload(
         name="debug", description="toy dense model on 4 toy GPUs; for tests",
-        job=job, space=_space(job, {"tp": (1, 2, 4), "dp": (1, 2, 4), "zero": (0, 3), "micro_batch": (1, 2),
+        job=job, space=knob_space(job, {"tp": (1, 2, 4), "dp": (1, 2, 4), "zero": (0, 3), "micro_batch": (1, 2),
                                     "recompute": ("none", "full"), "compile": _BOOL, "fused_ce": _BOOL,
                                     "sequence_parallel": _BOOL, "overlap_grad_reduce": _BOOL,
                                     "overlap_param_gather": _BOOL}),
@@ -161,6 +161,10 @@ HELD_OUT_WORKLOADS = ("llama3-8b-a100", "dense-27b-h100")
 
 def workload(name: str) -> Workload:
     global _WORKLOADS
+    from infrarsi.sim import generator  # generated jobs build on this module
+
+    if name.startswith(generator.PREFIX) and name[len(generator.PREFIX):].isdigit():
+        return generator.generated_workload(int(name[len(generator.PREFIX):]))
     if _WORKLOADS is None:
         _WORKLOADS = _build()
     if name not in _WORKLOADS:

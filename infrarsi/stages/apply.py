@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from infrarsi.contract import Contract
 from infrarsi.launcher import render_command
 from infrarsi.stages.doctor import DoctorReport
-from infrarsi.stages.verify import VerificationReport
+from infrarsi.stages.verify import VerificationReport, Verdict
 from infrarsi.workspace import CampaignDir
 
 PROMOTED_FILE = "infrarsi_promoted.toml"
@@ -40,11 +40,42 @@ def promoted_file(contract: Contract, doctor: DoctorReport, verification: Verifi
               f"contract_hash = {json.dumps(contract.contract_hash)}",
               f"baseline_step_time_s = {doctor.step_time_s:.6f}",
               f"speedup = {v.speedup:.4f}", f"ci_low = {v.ci_low:.4f}", f"ci_high = {v.ci_high:.4f}",
+              f"step_speedup = {(v.step_speedup or v.speedup):.4f}",
+              *([f"job_steps = {v.job_steps:.0f}"] if v.job_steps is not None else []),
+              *([f"canary_effective = {_toml_value(verification.canary_effective)}"]
+                if verification.canary_effective is not None else []),
               f"pairs = {json.dumps([list(p) for p in v.pairs])}", ""]
     return "\n".join(lines)
 
 
-def commit_message(contract: Contract, doctor: DoctorReport, verification: VerificationReport) -> str:
+def _canary_line(verification: VerificationReport, v: Verdict) -> str:
+    if verification.canary_effective is False:
+        return f"- NOT CHECKED: {verification.canary_note}"
+    return f"- canary seeds of the pairs: {list(v.canary_seeds)}"
+
+
+def _objective_line(v: Verdict) -> str:
+    if v.job_steps is None:
+        return "Objective: step time (no job length declared; start-up not counted)."
+    return (f"Objective: the job's total time over {v.job_steps:,.0f} steps, start-up included "
+            f"(per step: {v.step_speedup:.2f}x).")
+
+
+def _contribution_lines(minimize: Mapping[str, Any] | None) -> list[str]:
+    if not minimize or not minimize.get("contributions"):
+        return []
+    out = ["", "Each change, measured by leaving it out (contribution > 1: it pays):"]
+    for c in minimize["contributions"]:
+        share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
+        ci = "" if c["ci_low"] is None else f" (90% CI {c['ci_low']:.2f}-{c['ci_high']:.2f})"
+        state = "kept" if c["kept"] else "DROPPED"
+        inert = ", inert in calibration" if c["inert"] else ""
+        out.append(f"- {c['knob']}={c['value']}: {share}{ci}, {state}{inert}")
+    return out
+
+
+def commit_message(contract: Contract, doctor: DoctorReport, verification: VerificationReport,
+                   minimize: Mapping[str, Any] | None = None) -> str:
     v = verification.promoted
     changed = {k: val for k, val in v.config.items() if doctor.baseline.get(k) != val}
     return "\n".join([
@@ -52,15 +83,21 @@ def commit_message(contract: Contract, doctor: DoctorReport, verification: Verif
         "",
         f"Campaign {contract.campaign_id} verified a {v.speedup:.2f}x speedup "
         f"(90% CI {v.ci_low:.2f}-{v.ci_high:.2f}) in {len(v.pairs)} interleaved A/B pairs "
-        f"against the baseline ({doctor.step_time_s * 1000:.1f} ms/step, noise CV {doctor.noise_cv:.1%}).",
+        f"against the baseline ({doctor.step_time_s * 1000:.1f} ms/step, noise floor {verification.noise_floor:.1%}).",
+        _objective_line(v),
+        *_contribution_lines(minimize),
         "",
         "Audit:",
         f"- contract {contract.contract_hash}; locked files unchanged: {', '.join(contract.locked_hashes) or '-'}",
         f"- loss within {doctor.loss_tolerance:.2%} of the baseline on every verification run",
-        f"- canary seeds of the pairs: {list(v.canary_seeds)}",
+        _canary_line(verification, v),
         f"- baseline config: {json.dumps(doctor.baseline)}",
         f"- hardware: {contract.hardware_hash}",
     ]) + "\n"
+
+
+def _minimize(cdir: CampaignDir) -> Mapping[str, Any] | None:
+    return cdir.read_json(cdir.minimize) if cdir.minimize.exists() else None
 
 
 def run_apply(contract: Contract, cdir: CampaignDir, doctor: DoctorReport, verification: VerificationReport,
@@ -81,7 +118,7 @@ def run_apply(contract: Contract, cdir: CampaignDir, doctor: DoctorReport, verif
         commit = stage_branch(repo, branch, files={(rel_dir / PROMOTED_FILE).as_posix():
                                                    promoted_file(contract, doctor, verification)},
                               patches={p.name: p.diff for p in patches}, directory=rel_dir.as_posix(),
-                              message=commit_message(contract, doctor, verification),
+                              message=commit_message(contract, doctor, verification, _minimize(cdir)),
                               # the branch is this campaign's own: one left by a campaign killed
                               # before apply.json was written is staged again, not an error
                               replace=True)

@@ -1,7 +1,7 @@
 """doctor: measure the baseline before anything is compared with it.
 
-Runs the baseline config several times (noise between runs, the reference loss
-trajectory, peak memory, the phase profile), then the spec's legitimate variants
+Runs the baseline config several times (the noise of a run's step time, more runs while
+that estimate is weak; the reference loss trajectory, peak memory, the phase profile), then the spec's legitimate variants
 (precision, micro-batch split, process count) to calibrate how far an honest change
 moves the loss. A baseline that fails here stops the campaign: nothing can be measured
 against it.
@@ -19,6 +19,7 @@ from infrarsi.knobs import Config
 from infrarsi.loss_calibration import TOLERANCE_MARGIN, calibrate_loss
 from infrarsi.loss_contract import LossContract
 from infrarsi.metrics_events import explain_baseline_failure
+from infrarsi.noise import NoiseEstimate, estimate_noise
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.trial import Outcome, Role, TrialResult
 
@@ -29,7 +30,7 @@ class DoctorReport:
     trial_ids: tuple[str, ...]
     step_time_s: float  # median over runs of each run's median step time
     run_step_times_s: tuple[float, ...]
-    noise_cv: float  # coefficient of variation of run medians: the between-run noise floor
+    noise_cv: float  # the noise of one run's median step time (infrarsi.noise): the noise floor
     within_run_cv: float
     reference_losses: tuple[float, ...]
     loss_tolerance: float
@@ -39,6 +40,8 @@ class DoctorReport:
     phases_s: Mapping[str, float]
     tokens_per_step: int | None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    noise: Mapping[str, Any] = field(default_factory=dict)  # NoiseEstimate.to_json(): how noise_cv was found
+    startup_s: float = 0.0  # median start-up of the baseline runs
     loss_contract: Mapping[str, Any] = field(default_factory=dict)  # LossContract.to_json()
 
     @property
@@ -60,26 +63,39 @@ class DoctorReport:
         return cls(**kw)
 
 
-def _cv(values: list[float]) -> float:
-    mean = statistics.mean(values)
-    return statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
-
-
 def _recorded(rt: CampaignRuntime, role: Role) -> list[TrialResult]:
     """Final attempts of ``role`` a killed campaign already recorded: a resumed doctor keeps them."""
     return [r for r in rt.ledger.trials() if r.role is role and not r.extra.get("retried")]
 
 
-def _baseline_runs(rt: CampaignRuntime) -> list[TrialResult]:
+def _baseline_run(rt: CampaignRuntime) -> TrialResult:
     spec = rt.spec
-    baseline = rt.space.validate(spec.baseline)
-    runs = [r for r in _recorded(rt, Role.DOCTOR) if r.outcome is Outcome.OK][:spec.budget.doctor_repeats]
-    for _ in range(spec.budget.doctor_repeats - len(runs)):
-        r = rt.run_one(baseline, Role.DOCTOR, check=lambda t: enforce(t, spec.contract, None))
-        if r.outcome is not Outcome.OK:
-            raise ContractError(explain_baseline_failure(r))
-        runs.append(r)
-    return runs
+    r = rt.run_one(rt.space.validate(spec.baseline), Role.DOCTOR, check=lambda t: enforce(t, spec.contract, None))
+    if r.outcome is not Outcome.OK:
+        raise ContractError(explain_baseline_failure(r))
+    return r
+
+
+def _clean(runs: list[TrialResult]) -> list[TrialResult]:
+    # A run still contaminated after its re-measurements says nothing about this machine's
+    # own noise: leave it out while two clean runs remain.
+    clean = [r for r in runs if not r.extra.get("contaminated")]
+    return clean if len(clean) >= 2 else runs
+
+
+def _baseline_runs(rt: CampaignRuntime) -> tuple[list[TrialResult], NoiseEstimate]:
+    """The spec's repeats, then more (up to ``budget.doctor_max_repeats``) while the noise
+    estimate rests on too few clean runs to be trusted; runs a killed campaign recorded count."""
+    budget = rt.spec.budget
+    most = max(budget.doctor_max_repeats, budget.doctor_repeats)
+    runs = [r for r in _recorded(rt, Role.DOCTOR) if r.outcome is Outcome.OK][:most]
+    runs += [_baseline_run(rt) for _ in range(budget.doctor_repeats - len(runs))]
+    while True:
+        used = _clean(runs)
+        noise = estimate_noise([r.step_time_s for r in used], [r.step_times_s for r in used])
+        if not noise.weak or len(runs) >= most:
+            return runs, noise
+        runs.append(_baseline_run(rt))
 
 
 def _calibrate(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[float, str, list, LossContract]:
@@ -98,19 +114,18 @@ def _calibrate(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[float, str
 def run_doctor(rt: CampaignRuntime) -> DoctorReport:
     if rt.cdir.doctor.exists():  # resumed campaign: doctor already done
         return DoctorReport.from_json(rt.cdir.read_json(rt.cdir.doctor))
-    runs = _baseline_runs(rt)
-    # A run still contaminated after its re-measurements says nothing about this machine's
-    # own noise: leave it out while two clean runs remain.
-    clean = [r for r in runs if not r.extra.get("contaminated")]
-    medians = [r.step_time_s for r in (clean if len(clean) >= 2 else runs)]
+    runs, noise = _baseline_runs(rt)
+    used = _clean(runs)
+    medians = [r.step_time_s for r in used]
     reference = runs[0].losses
     tol, source, rows, loss_contract = _calibrate(rt, runs)
-    within = statistics.median(_cv(list(r.step_times_s)) for r in runs)
     phase_keys = sorted({k for r in runs for k in r.phases_s})
     report = DoctorReport(
         baseline=dict(runs[0].config), trial_ids=tuple(r.trial_id for r in runs),
-        step_time_s=statistics.median(medians), run_step_times_s=tuple(medians), noise_cv=_cv(medians),
-        within_run_cv=within, reference_losses=tuple(reference), loss_tolerance=tol, loss_tolerance_source=source,
+        step_time_s=statistics.median(medians), run_step_times_s=tuple(medians), noise_cv=noise.noise_cv,
+        within_run_cv=noise.within_run_cv, noise=noise.to_json(), startup_s=statistics.median(
+            r.startup_s or 0.0 for r in used), reference_losses=tuple(reference), loss_tolerance=tol,
+        loss_tolerance_source=source,
         calibration=tuple(rows), peak_memory_bytes=max(r.peak_memory_bytes or 0 for r in runs),
         phases_s={k: statistics.median(r.phases_s.get(k, 0.0) for r in runs) for k in phase_keys},
         tokens_per_step=runs[0].tokens_per_step, loss_contract=loss_contract.to_json())

@@ -33,3 +33,10 @@ def test_model_states_18_bytes_per_param_and_zero_sharding():
     assert np.isclose(ddp[0], 18 * n)
     assert np.isclose(zero1[0], (6 + 12 / 8) * n)
     assert np.isclose(zero2[0], (2 + 16 / 8) * n)
+
+
+def test_zero3_on_one_rank_costs_nothing_more_than_ddp():
+    # A data-parallel group of one has nothing to shard or gather.
+    ddp = model_state_bytes(JOB, fill_defaults(columns({"tp": 8, "dp": 1, "zero": 0})))
+    fsdp = model_state_bytes(JOB, fill_defaults(columns({"tp": 8, "dp": 1, "zero": 3})))
+    assert np.isclose(ddp[0], fsdp[0])

@@ -1,0 +1,150 @@
+"""Promote only what pays, counted the way the user pays: real processes of the fake
+workload (tests/fake_workload.py) on real Ray, through doctor, verification and
+minimization. Step times are sleeps (0.3 s, halved by the fast knob), long enough that
+the harness's 20 ms clock and a loaded machine do not blur a 2x difference."""
+
+import json
+import shutil
+from pathlib import Path
+
+import git
+import pytest
+
+from infrarsi.report import render_markdown, summarize
+from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.stages.apply import commit_message
+from infrarsi.stages.doctor import run_doctor
+from infrarsi.stages.init import init_campaign
+from infrarsi.stages.minimize import MinimizeReport, run_minimize
+from infrarsi.stages.verify import run_verification
+from infrarsi.trial import Outcome, Role, TrialResult
+
+FAKE = Path(__file__).parent / "fake_workload.py"
+
+
+def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", objective: str = "",
+          seed_mode: str = "ignore", minimize_pairs: int = 3, doctor_max_repeats: int = 5) -> Path:
+    work = tmp / "fake"
+    work.mkdir(exist_ok=True)
+    shutil.copy(FAKE, work / "fake_workload.py")
+    (work / "locked.txt").write_text("locked\n")
+    lines = ['name = "fake"', 'workload_dir = "fake"', 'repository = "copy"',
+             'command = ["{python}", "fake_workload.py", "--steps", "{num_steps}", "--seed", "{seed}", '
+             f'"--seed-mode", "{seed_mode}", "--sleep", "0.3"]',  # a sleep knob's flag comes later and wins
+             "baseline = {" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in baseline.items()) + "}",
+             f"calibration = {calibration}"]
+    for name, values in knobs.items():
+        lines += [f"[knobs.{name}]", f"values = {json.dumps(values)}", f'flag = "--{name}"']
+    lines += ["[contract]", "seq_len = 128", "global_batch_tokens = 2048", "num_steps = 5", "warmup_steps = 1",
+              'editable = ["fake_workload.py"]', 'locked = ["locked.txt"]',
+              "[device]", "memory_capacity = 2147483648", "emulate_capacity = false",
+              # sleeps are not slowed by other processes' CPU load: no re-measurements
+              "[resources]", "cpus_per_trial = 1", "max_foreign_load_cores = 1000",
+              "[budget]", "num_trials = 1", "verify_pairs = 2", f"minimize_pairs = {minimize_pairs}",
+              "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}", objective]
+    path = tmp / "fake.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _campaign(tmp: Path, spec: Path, winner: dict):
+    """doctor -> verification of ``winner`` -> minimization; the runtime and its reports."""
+    contract, cdir = init_campaign(spec, tmp / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings())
+    try:
+        doctor = run_doctor(rt)
+        finalist = TrialResult(trial_id="search", config=winner, role=Role.SEARCH, outcome=Outcome.OK,
+                               step_time_s=doctor.step_time_s / 2)
+        verification = run_verification(rt, doctor, [finalist])
+        final = run_minimize(rt, doctor, verification)
+    finally:
+        rt.close()
+    return rt, doctor, verification, final
+
+
+@pytest.fixture(scope="module")
+def noop_campaign(tmp_path_factory, ray_session):
+    tmp = tmp_path_factory.mktemp("noop")
+    spec = _spec(tmp, knobs={"sleep": [0.3, 0.15], "noop": ["a", "b"]}, baseline={"sleep": 0.3, "noop": "a"},
+                 calibration='[{ noop = "b" }]')
+    return _campaign(tmp, spec, {"sleep": 0.15, "noop": "b"})
+
+
+def test_the_no_op_change_is_dropped_and_each_kept_change_has_its_contribution(noop_campaign):
+    rt, doctor, verification, final = noop_campaign
+    assert verification.promoted.config == {"sleep": 0.15, "noop": "b"}
+    assert final.promoted.config == {"sleep": 0.15, "noop": "a"}
+    report = MinimizeReport.from_json(rt.cdir.read_json(rt.cdir.minimize))
+    assert report.dropped == ("noop",)
+    by_knob = {c.knob: c for c in report.contributions}
+    assert by_knob["sleep"].kept and by_knob["sleep"].contribution > 1.6 and by_knob["sleep"].ci_low > 1.3
+    assert not by_knob["noop"].kept and by_knob["noop"].contribution < 1 + report.noise_floor
+    assert by_knob["noop"].inert and not by_knob["sleep"].inert  # the calibration saw noop do nothing
+    # 3 rounds of baseline, winner, and the winner less each of its two changes
+    assert report.num_trials == 12 == sum(t.role in (Role.MINIMIZE, Role.MINIMIZE_BASELINE)
+                                          for t in rt.ledger.trials())
+    assert final.promoted.speedup > 1.6 and final.promoted.source_trial_id == "minimize"
+    md = render_markdown(rt.cdir)
+    assert "## Promoted changes" in md and "| noop | a -> b |" in md and "inert" in md
+
+
+def test_minimization_resumes_from_the_ledger_without_running_again(noop_campaign):
+    rt, doctor, verification, final = noop_campaign
+    (rt.cdir.minimize).unlink()
+    before = len(rt.ledger.trials())
+    rt2 = CampaignRuntime(rt.contract, rt.cdir, RuntimeSettings())
+    try:
+        again = run_minimize(rt2, doctor, verification)
+    finally:
+        rt2.close()
+    assert len(rt2.ledger.trials()) == before
+    assert again.promoted.config == final.promoted.config
+
+
+def test_a_job_that_ignores_the_seed_gets_no_canary_check(noop_campaign):
+    rt, doctor, verification, final = noop_campaign
+    assert verification.canary_effective is False and "canary ineffective" in verification.canary_note
+    s = summarize(rt.cdir)
+    assert s["canary_effective"] is False
+    assert "canary ineffective" in render_markdown(rt.cdir)
+    message = commit_message(rt.contract, doctor, final, rt.cdir.read_json(rt.cdir.minimize))
+    assert "canary ineffective" in message and "canary seeds of the pairs" not in message
+
+
+def test_doctor_adds_repeats_while_its_noise_estimate_is_weak(noop_campaign):
+    rt, doctor, _, _ = noop_campaign
+    assert len(doctor.trial_ids) == 5 and not doctor.noise["weak"]  # the spec asked for 3
+    assert doctor.noise_cv >= doctor.noise["within_run_median_cv"]
+
+
+@pytest.mark.parametrize("job_steps,compile_kept", [(10, False), (1000, True)])
+def test_a_compile_like_change_is_promoted_only_when_its_start_up_is_repaid(tmp_path, ray_session, job_steps,
+                                                                             compile_kept):
+    """compile=on sleeps 1 s at start, then halves every step: it repays its start-up after
+    about 7 steps of the fast config's 0.15 s, so a 10-step job is better off without it."""
+    spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15], "compile": ["off", "on"]},
+                 baseline={"sleep": 0.3, "compile": "off"}, objective=f"[objective]\njob_steps = {job_steps}",
+                 seed_mode="use", minimize_pairs=3, doctor_max_repeats=3)
+    rt, doctor, verification, final = _campaign(tmp_path, spec, {"sleep": 0.15, "compile": "on"})
+    winner = verification.promoted
+    assert winner.step_speedup > 3  # per step, compile on wins either way
+    assert winner.job_steps == job_steps
+    assert final.promoted.config["compile"] == ("on" if compile_kept else "off")
+    assert final.promoted.config["sleep"] == 0.15
+    assert verification.canary_effective is True  # this job honours the seed
+    assert doctor.noise["weak"]  # 3 runs allowed, 5 wanted
+    trials = rt.ledger.trials()
+    compiled = [t for t in trials if t.outcome is Outcome.OK and t.config["compile"] == "on"]
+    assert min(t.startup_s for t in compiled) > 0.8
+    md = render_markdown(rt.cdir)
+    assert "end to end" in md and "start-up" in md and "weak" in md
+
+
+def test_a_per_step_winner_that_loses_end_to_end_is_not_promoted(tmp_path, ray_session):
+    spec = _spec(tmp_path, knobs={"compile": ["off", "on"]}, baseline={"compile": "off"},
+                 objective="[objective]\njob_steps = 2", minimize_pairs=2, doctor_max_repeats=3)
+    rt, _, verification, final = _campaign(tmp_path, spec, {"compile": "on"})
+    (verdict,) = verification.verdicts
+    assert verdict.step_speedup > 1.5 and verdict.speedup < 1 and not verdict.promoted
+    assert "start-up is not repaid" in verdict.reason
+    assert final.promoted is None

@@ -1,0 +1,59 @@
+"""The objective a user pays: step time, or with a declared job length, start-up plus
+steps x step time; and the CLI's count of the trials a campaign will run."""
+
+import tomllib
+
+import pytest
+
+from infrarsi.cli import planned_trials
+from infrarsi.errors import SpecError
+from infrarsi.objective import break_even_steps, job_steps, job_time_s
+from infrarsi.spec import ObjectiveSpec, load_spec, parse_spec
+from infrarsi.stages.init import builtin_spec_path
+
+
+def test_job_length_in_steps_or_hours_at_the_baseline_pace():
+    assert job_steps(ObjectiveSpec(), 0.5, 10.0) is None
+    assert job_steps(ObjectiveSpec(job_steps=300), 0.5, 10.0) == 300
+    assert job_steps(ObjectiveSpec(job_hours=1), 0.5, 10.0) == pytest.approx((3600 - 10) / 0.5)
+    assert job_time_s(0.1, 5.0, None) == 0.1 and job_time_s(0.1, 5.0, 100) == pytest.approx(15.0)
+
+
+def test_a_compile_that_starts_20_s_slower_and_saves_a_tenth_per_step_repays_after_200_steps():
+    assert break_even_steps(0.3, 1.0, 0.2, 21.0) == pytest.approx(200)
+    assert break_even_steps(0.3, 1.0, 0.4, 21.0) is None  # never: not faster per step
+    assert break_even_steps(0.3, 1.0, 0.2, 0.5) == 0.0
+
+
+def test_a_spec_with_both_job_lengths_names_the_field(tmp_path):
+    data = tomllib.loads(builtin_spec_path().read_text())
+    with pytest.raises(SpecError, match="objective: Value error, give job_steps or job_hours, not both"):
+        parse_spec({**data, "objective": {"job_steps": 10, "job_hours": 1.0}}, source="x.toml",
+                   base_dir=builtin_spec_path().parent)
+
+
+def test_the_progress_bar_counts_every_stage_that_will_run():
+    spec = load_spec(builtin_spec_path())
+    b = spec.budget
+    # search 20, doctor 5 (3 asked, 2 more for a noise estimate that is not weak) + 3
+    # calibration, verification 5 x (1 baseline + 2 finalists), minimization 3 x (baseline +
+    # winner + at most one run per knob)
+    assert planned_trials(spec, None) == 20 + 5 + 3 + 5 * 3 + 3 * (2 + 9)
+    assert planned_trials(spec, 4) == planned_trials(spec, None) - 16
+    assert b.minimize_pairs == 3
+
+
+def test_the_summary_print_names_changes_checks_and_wall_time(capsys):
+    from infrarsi.cli import _print_summary
+
+    _print_summary({"verified_speedup": 1.9, "speedup_ci": [1.8, 2.0], "branch": "infrarsi/x",
+                    "end_to_end_speedup": 1.9, "step_speedup": 2.0, "job_steps": 10,
+                    "promoted_changes": [{"knob": "sleep", "from": 0.3, "to": 0.15, "contribution": 1.4}],
+                    "dropped_changes": [{"knob": "compile", "from": "off", "to": "on", "contribution": 0.85}],
+                    "canary_effective": False, "canary_note": "canary ineffective: the job ignores the seed",
+                    "noise_estimate_weak": True, "campaign_wall_s": 31.2, "trials_by_outcome": {"ok": 15},
+                    "failed_trial_seconds": 0, "report": "r.html"}, as_json=False)
+    out = capsys.readouterr().out
+    assert "verified speedup 1.90x end to end" in out and "per step 2.00x; job of 10 steps" in out
+    assert "sleep: 0.3 -> 0.15, contributes 1.40x" in out and "dropped compile=on: did not pay" in out
+    assert "canary ineffective" in out and "weak" in out and "campaign wall time 31 s" in out
