@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -41,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_options(c)
     c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    i = sub.add_parser("init", help="write a starting spec from the command that launches your job",
+                       usage="infrarsi init [-o SPEC] [--no-dry-run] -- python train.py --batch_size=12 ...")
+    i.add_argument("-o", "--output", default="campaign.toml", help="spec to write (default: ./campaign.toml)")
+    i.add_argument("--name", help="campaign name (default: the script's name)")
+    i.add_argument("--no-dry-run", action="store_true", help="do not run the job to guess its log lines")
+    i.add_argument("--dry-run-timeout", type=float, default=120.0, help="seconds the dry run may take")
+    i.add_argument("--force", action="store_true", help="overwrite an existing spec")
+    i.add_argument("job", nargs=argparse.REMAINDER, help="the launch command, after --")
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
     r.add_argument("dir")
     r.add_argument("--json", action="store_true")
@@ -88,15 +97,70 @@ def planned_trials(spec, budget: int | None) -> int:
     return (budget or b.num_trials) + doctor + len(spec.calibration) + verify + minimize
 
 
+def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:
+    """A new campaign from a local spec gets its id here, so its log has a folder from the start."""
+    from infrarsi.spec import load_spec
+    from infrarsi.stages.init import builtin_spec_path, git_spec, new_campaign_id
+
+    if options.resume or options.campaign_id or (options.spec and git_spec(options.spec)):
+        return options
+    return options.model_copy(update={"campaign_id": new_campaign_id(load_spec(options.spec or builtin_spec_path()))})
+
+
+def _log_path(options: CampaignOptions) -> Path:
+    """The campaign folder's prefect.log (the out folder's, for a spec cloned from git)."""
+    from infrarsi.workspace import default_campaigns_dir
+
+    if options.resume:
+        return Path(options.resume) / "prefect.log"
+    out = Path(options.out) if options.out else default_campaigns_dir()
+    return out / (options.campaign_id or "") / "prefect.log"
+
+
+@contextlib.contextmanager
+def _console_logs_to(path: Path):
+    """While the flow runs, what Prefect would print on the console (run logs, a failed
+    stage's traceback) goes to ``path``; the CLI prints the error's message itself."""
+    import logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    consoles = [h for h in logging.root.handlers if isinstance(h, logging.StreamHandler)
+                and not isinstance(h, logging.FileHandler)]
+    for h in consoles:
+        logging.root.removeHandler(h)
+    logging.root.addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.root.removeHandler(handler)
+        handler.close()
+        for h in consoles:
+            logging.root.addHandler(h)
+
+
 def _campaign(args: argparse.Namespace) -> dict:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     options = CampaignOptions.parse({k: getattr(args, k) for k in CampaignOptions.model_fields})
     total, done = _expected_trials(options)
     from flows.campaign import campaign
+
+    options = _with_campaign_id(options)
+    log_path = _log_path(options)
+    try:
+        with _console_logs_to(log_path):
+            return _run_flow(campaign, options, args.no_progress, total, done)
+    except InfrarsiError as exc:
+        exc.add_note(f"(the stage's traceback is in {log_path})")
+        raise
+
+
+def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int, done: int) -> dict:
     from infrarsi import progress
 
-    if args.no_progress:
+    if no_progress:
         return campaign(options)
     from tqdm import tqdm
 
@@ -115,6 +179,16 @@ def _campaign(args: argparse.Namespace) -> dict:
         bar.total = bar.n  # what ran: fewer when finalists or changes to measure were fewer
         bar.refresh()
         bar.close()
+
+
+def _init(args: argparse.Namespace) -> int:
+    from infrarsi.init_spec import init_spec
+
+    job = args.job[1:] if args.job[:1] == ["--"] else args.job
+    path = init_spec(job, cwd=Path.cwd(), out_path=Path(args.output), name=args.name, force=args.force,
+                     run_job=not args.no_dry_run, dry_run_timeout_s=args.dry_run_timeout)
+    print(f"wrote {path}: check the lines marked CONFIRM, then run: infrarsi campaign {args.output}")
+    return 0
 
 
 def _print_summary(summary: dict, as_json: bool) -> None:
@@ -161,6 +235,8 @@ def _compare(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "init":
+            return _init(args)
         if args.command == "compare":
             return _compare(args)
         if args.command == "campaign":
@@ -172,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             build_report(args.dir)
             summary = summarize(CampaignDir(Path(args.dir).resolve()))
     except InfrarsiError as exc:
-        print(f"infrarsi: error: {exc}", file=sys.stderr)
+        print(" ".join([f"infrarsi: error: {exc}", *getattr(exc, "__notes__", [])]), file=sys.stderr)
         return 2
     _print_summary(summary, args.json)
     return 0

@@ -23,6 +23,16 @@ from infrarsi.errors import SpecError
 Value = int | float | str | bool
 Config = dict[str, Value]
 
+# What a knob does, whatever the script calls it: the built-in priors are keyed by kind
+# (``infrarsi.engine.builtin_priors``), so ``batch_size`` of kind micro_batch gets the
+# micro-batch prior. ``other``: no built-in prior.
+KNOB_KINDS = ("micro_batch", "grad_accum", "precision", "compile", "threads", "processes", "checkpointing",
+              "attention", "optimizer", "sharding", "bucket", "other")
+# How a flag knob is rendered: "separate" `--k v` (two argv entries), "equals" `--k=v` or
+# `k=v` (one entry: the flag as written, "=", the value), "switch" `--k` when true, nothing
+# when false.
+FLAG_STYLES = ("separate", "equals", "switch")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Knob:
@@ -35,6 +45,11 @@ class Knob:
     env: str | None = None
     placeholder: bool = False
     description: str = ""
+    flag_style: str = "separate"
+    kind: str | None = None
+    # (value, canonical level) pairs: how the built-in priors spell this knob's values,
+    # e.g. (("float32", "fp32"), ("bfloat16", "bf16")). Values not listed stay as they are.
+    levels: tuple[tuple[Value, Value], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -46,6 +61,17 @@ class Knob:
         modes = sum([self.flag is not None, self.env is not None, self.placeholder])
         if modes > 1:
             raise SpecError(f"knob {self.name!r}: give at most one of flag, env, placeholder")
+        if self.kind is not None and self.kind not in KNOB_KINDS:
+            raise SpecError(f"knob {self.name!r}: kind {self.kind!r} is unknown; expected one of {list(KNOB_KINDS)}")
+        if self.flag_style not in FLAG_STYLES:
+            raise SpecError(f"knob {self.name!r}: flag_style {self.flag_style!r} is unknown; "
+                            f"expected one of {list(FLAG_STYLES)}")
+        if self.flag_style == "switch" and not all(isinstance(v, bool) for v in self.values):
+            raise SpecError(f"knob {self.name!r}: flag_style 'switch' needs boolean values, got {list(self.values)}")
+
+    def canonical(self, value: Value) -> Value:
+        """``value`` as the built-in priors spell it (``levels``), else unchanged."""
+        return dict(self.levels).get(value, value)
 
     def index(self, value: Value) -> int:
         try:

@@ -74,24 +74,6 @@ class TrialRequest:
     device_gauge: Callable[[Mapping[str, str]], DeviceMemoryGauge] | None = None
 
 
-def render_command(spec: CampaignSpec, space: KnobSpace, config: Config, *, seed: int | None = None
-                   ) -> tuple[tuple[str, ...], dict[str, str]]:
-    """argv and extra environment that carry ``config`` to the job. ``seed`` replaces the
-    contract's seed (verification's canary runs)."""
-    values = {"python": sys.executable, "seq_len": spec.contract.seq_len,
-              "global_batch_tokens": spec.contract.global_batch_tokens,
-              "num_steps": spec.contract.num_steps, "seed": spec.contract.seed if seed is None else seed}
-    values.update({k.name: config[k.name] for k in space.knobs if k.placeholder})
-    argv = [token.format(**values) for token in spec.command]
-    env = dict(spec.env)
-    for knob in space.knobs:
-        if knob.flag is not None:
-            argv += [knob.flag, str(config[knob.name])]
-        elif knob.env is not None:
-            env[knob.env] = str(config[knob.name])
-    return tuple(argv), env
-
-
 def _tree(proc: psutil.Process) -> list[psutil.Process]:
     try:
         return [proc, *proc.children(recursive=True)]
@@ -126,10 +108,21 @@ def foreign_load_cores(samples: list[tuple[float, float, float]], start: float, 
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
+    """Kill the job's session and every descendant: torchrun starts each worker in a
+    session of its own, which a signal to the job's process group would miss."""
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for p in descendants:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def _tail(path: Path, num_chars: int = 4000) -> str:
@@ -385,6 +378,7 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
     startup_s = max(0.0, arrivals[req.warmup_steps - 1] - w.launched_at - req.warmup_steps * median_s)
     return TrialResult(**base, outcome=Outcome.OK, step_time_s=median_s, startup_s=startup_s,
                        step_times_s=step_times, tokens_per_step=tokens.pop() if len(tokens) == 1 else -1)
+
 
 def _median_phases(events: list[dict]) -> dict[str, float]:
     keys = {k for e in events for k in (e.get("phases") or {})}

@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 from infrarsi.adapters.ray_pool import PoolSettings, TrialPool
 from infrarsi.contract import Contract
 from infrarsi.knobs import Config
-from infrarsi.launcher import TrialRequest, render_command
+from infrarsi.command import render_command
+from infrarsi.launcher import TrialRequest
 from infrarsi.ledger import Ledger
 from infrarsi.trial import Outcome, Role, TrialResult
 from infrarsi.workspace import CampaignDir

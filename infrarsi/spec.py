@@ -9,6 +9,7 @@ problem into one ``SpecError`` that names the field, what was expected and what 
 from __future__ import annotations
 
 import glob
+import math
 import re
 import shutil
 import tomllib
@@ -18,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infrarsi.errors import SpecError
-from infrarsi.knobs import Constraint, Knob, KnobSpace
+from infrarsi.knobs import FLAG_STYLES, KNOB_KINDS, Constraint, Knob, KnobSpace
 
 Scalar = bool | int | float | str
 # Placeholders every command template may use, besides knobs declared `placeholder = true`.
@@ -33,10 +34,19 @@ class _Model(BaseModel):
 
 class KnobSpec(_Model):
     values: list[Scalar] = Field(min_length=1)
-    flag: str | None = None
+    flag: str | None = Field(default=None, description="the flag as the job spells it: '--batch_size', "
+                             "'--micro-batch', or 'batch_size' for key=value configurators")
+    flag_style: Literal[FLAG_STYLES] | None = Field(
+        default=None, description="'separate' (--k v), 'equals' (--k=v, k=v) or 'switch' (--k when true); "
+        "unset: the spec's flag_style")
     env: str | None = None
     placeholder: bool = False
     description: str = ""
+    kind: Literal[KNOB_KINDS] | None = Field(
+        default=None, description="what the knob does, so the built-in priors apply whatever its name; "
+        "unset: the priors look the knob up by name")
+    levels: dict[str, Scalar] = Field(
+        default={}, description="value -> the priors' spelling, e.g. {float32 = 'fp32', bfloat16 = 'bf16'}")
     numerics: Literal["keeps", "changes"] | None = Field(
         default=None, description="whether a value other than the baseline's changes the job's numerics "
         "(precision) or keeps them up to reordering (micro-batch split, threads, kernels); unset: "
@@ -53,7 +63,32 @@ class KnobSpec(_Model):
                                      "must be one token without spaces that does not start with '-'")
         if self.env is not None and self.env.startswith(RESERVED_ENV_PREFIX):
             raise ValueError(f"env {self.env!r} is reserved for the harness (INFRARSI_*); choose another name")
+        spelled = {_level_key(v) for v in self.values}
+        unknown = [k for k in self.levels if k not in spelled]
+        if unknown:
+            raise ValueError(f"levels names {unknown}, which are not among values {self.values}; "
+                             "each levels key must be one of the knob's values")
         return self
+
+    def level_pairs(self) -> tuple[tuple[Scalar, Scalar], ...]:
+        return tuple((v, self.levels[_level_key(v)]) for v in self.values if _level_key(v) in self.levels)
+
+
+def _level_key(value: Scalar) -> str:
+    """A knob value as a TOML table key: true/false for booleans, else str()."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class FixedProduct(_Model):
+    """Knobs whose product the job needs constant, e.g. micro-batch x gradient accumulation
+    = sequences per optimizer step: only configs that keep it are feasible."""
+
+    knobs: list[str] = Field(min_length=2)
+    value: int = Field(gt=0, description="the product every config keeps (the baseline's, e.g. 40)")
+
+    @property
+    def constraint(self) -> str:
+        return f"{' * '.join(self.knobs)} == {self.value}"
 
 
 class ContractSpec(_Model):
@@ -229,8 +264,13 @@ class CampaignSpec(_Model):
     workload_dir: Path = Field(description="the target repository (or folder), relative to the spec file")
     command: list[str] = Field(min_length=1)
     env: dict[str, str] = {}
+    flag_style: Literal[FLAG_STYLES] = Field(
+        default="separate", description="how flag knobs are rendered unless a knob says otherwise: "
+        "'separate' (--k v), 'equals' (--k=v, k=v), 'switch' (--k when true)")
     knobs: dict[str, KnobSpec] = Field(min_length=1)
     constraints: list[str] = []
+    fixed_products: list[FixedProduct] = Field(
+        default=[], description="knobs whose product stays constant (micro-batch x accumulation)")
     baseline: dict[str, Scalar]
     calibration: list[dict[str, Scalar]] = Field(
         default=[], description="legitimate variants of the baseline that calibrate the loss tolerance")
@@ -270,6 +310,11 @@ class CampaignSpec(_Model):
             raise ValueError(f"env {reserved} is reserved for the harness (INFRARSI_*); remove it")
         if self.patches and self.backend != "process":
             raise ValueError("patches need backend = 'process' (the simulator runs no code)")
+        for i, fp in enumerate(self.fixed_products):
+            unknown = [n for n in fp.knobs if n not in self.knobs]
+            if unknown:
+                raise ValueError(f"fixed_products[{i}] names unknown knob(s) {unknown}; "
+                                 f"known knobs are {sorted(self.knobs)}")
         return self
 
     @property
@@ -282,11 +327,13 @@ class CampaignSpec(_Model):
         from infrarsi.patches import knob_name
 
         knobs = tuple(Knob(name=n, values=tuple(k.values), flag=k.flag, env=k.env,
-                           placeholder=k.placeholder, description=k.description)
+                           placeholder=k.placeholder, description=k.description,
+                           flag_style=k.flag_style or self.flag_style, kind=k.kind, levels=k.level_pairs())
                       for n, k in self.knobs.items())
         knobs += tuple(Knob(name=knob_name(p), values=(False, True), description=f"code patch {p}")
                        for p in self.patches)
-        return KnobSpace(knobs, tuple(Constraint(c) for c in self.constraints))
+        exprs = [*self.constraints, *(fp.constraint for fp in self.fixed_products)]
+        return KnobSpace(knobs, tuple(Constraint(c) for c in exprs))
 
 
 def _describe(err: dict) -> str:
@@ -343,6 +390,7 @@ def check_consistency(spec: CampaignSpec, source: str) -> None:
     """Cross-field checks pydantic cannot express; all run before any trial."""
     space = spec.space  # raises SpecError for bad knob names or constraint syntax
     baseline = space.validate(spec.baseline, what=f"{source}: baseline")
+    _check_fixed_products(spec, baseline, source)
     broken = space.violated(baseline)
     if broken:
         raise SpecError(f"{source}: the baseline config violates constraint(s) {broken}; "
@@ -361,6 +409,31 @@ def check_consistency(spec: CampaignSpec, source: str) -> None:
             if not glob.glob(pattern, root_dir=spec.workload_dir, recursive=True):
                 raise SpecError(f"{source}: contract.{field} pattern {pattern!r} matches no file under "
                                 f"{spec.workload_dir}; fix the glob (it is relative to workload_dir)")
+
+
+def _check_fixed_products(spec: CampaignSpec, baseline: dict, source: str) -> None:
+    for i, fp in enumerate(spec.fixed_products):
+        where = f"{source}: fixed_products[{i}]"
+        for name in fp.knobs:
+            bad = [v for v in spec.knobs[name].values if isinstance(v, bool) or not isinstance(v, int)]
+            if bad:
+                raise SpecError(f"{where}: knob {name!r} must take whole numbers to keep a product; found {bad}")
+        product = math.prod(int(baseline[n]) for n in fp.knobs)
+        if product != fp.value:
+            factors = " x ".join(f"{n} {baseline[n]}" for n in fp.knobs)
+            raise SpecError(f"{where}: the baseline's {factors} = {product}, but the product must stay {fp.value}; "
+                            "set the baseline to a split that keeps it (or fix value)")
+        if not any(True for _ in _products_other_than(spec, fp, baseline)):
+            raise SpecError(f"{where}: no other combination of {fp.knobs}'s values keeps the product {fp.value}; "
+                            "add values that do (e.g. halve one, double the other)")
+
+
+def _products_other_than(spec: CampaignSpec, fp: FixedProduct, baseline: dict):
+    import itertools
+
+    for combo in itertools.product(*(spec.knobs[n].values for n in fp.knobs)):
+        if math.prod(combo) == fp.value and list(combo) != [baseline[n] for n in fp.knobs]:
+            yield combo
 
 
 def _check_command(spec: CampaignSpec, source: str) -> None:

@@ -47,8 +47,10 @@ if args.mode == "kill-actor" and not os.path.exists("actor-killed"):
     time.sleep(30)
 if args.mode == "silent":  # exits cleanly without a single metrics line
     sys.exit(0)
-if args.mode == "hang":
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+if args.mode in ("hang", "hang-own-session"):
+    # torchrun starts each worker in a session of its own: the harness must find it anyway.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             start_new_session=args.mode == "hang-own-session")
     print("CHILD", child.pid, flush=True)
     time.sleep(600)
 if args.compile == "on":

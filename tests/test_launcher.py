@@ -49,8 +49,9 @@ def test_allocator_oom_message_is_an_oom(tmp_path):
     assert r.outcome is Outcome.OOM and r.peak_memory_bytes >= 10**9
 
 
-def test_timeout_kills_the_whole_process_tree(tmp_path):
-    r = run_process_trial(_request(tmp_path, "--mode", "hang", timeout=3.0))
+@pytest.mark.parametrize("mode", ["hang", "hang-own-session"])
+def test_timeout_kills_the_whole_process_tree(tmp_path, mode):
+    r = run_process_trial(_request(tmp_path, "--mode", mode, timeout=3.0))
     assert r.outcome is Outcome.TIMEOUT
     child = int(next(ln.split()[1] for ln in Path(r.log_path).read_text().splitlines() if ln.startswith("CHILD")))
     deadline = time.time() + 5

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from infrarsi.knobs import Config, KnobSpace, Value
+from infrarsi.knobs import Config, Knob, KnobSpace, Value
 from infrarsi.priors import SettingPrior, Priors
 
 _L = math.log
@@ -205,16 +205,30 @@ def level(knob: str, value: Value, *, on_cpu: bool = False) -> Level | None:
     return table.get(value) if table and isinstance(value, str) else None
 
 
+# A knob's kind names its row above, whatever the script calls the knob. grad_accum has no
+# row: kept in a fixed product with the micro-batch, the split's effect is the micro-batch's.
+_KIND_ROWS = {"micro_batch": "micro_batch", "precision": "precision", "compile": "compile", "threads": "threads",
+              "processes": "nproc", "checkpointing": "checkpointing", "attention": "attention",
+              "optimizer": "optimizer", "sharding": "zero", "bucket": "bucket_mb"}
+
+
+def _row(knob: Knob) -> str | None:
+    """The table row for ``knob``: by its kind when it has one, else by its name."""
+    return knob.name if knob.kind is None else _KIND_ROWS.get(knob.kind)
+
+
 def builtin_priors(space: KnobSpace, baseline: Config, *, on_cpu: bool = False) -> Priors:
     """Per-setting priors relative to ``baseline``; settings the table lacks are left out
-    (``Priors.get`` then answers uninformed). ``on_cpu``: for trials without an accelerator."""
+    (``Priors.get`` then answers uninformed). ``on_cpu``: for trials without an accelerator.
+    Values are looked up as the knob's ``levels`` spell them (``float32`` -> ``fp32``)."""
     out = []
     for knob in space.knobs:
-        base = level(knob.name, baseline[knob.name], on_cpu=on_cpu)
+        row = _row(knob)
+        base = None if row is None else level(row, knob.canonical(baseline[knob.name]), on_cpu=on_cpu)
         if base is None:
             continue
         for value in knob.values:
-            lv = level(knob.name, value, on_cpu=on_cpu)
+            lv = level(row, knob.canonical(value), on_cpu=on_cpu)
             if lv is None or value == baseline[knob.name]:
                 continue
             out.append(SettingPrior(

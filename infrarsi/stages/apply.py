@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from infrarsi.contract import Contract
-from infrarsi.launcher import render_command
+from infrarsi.command import render_command
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.verify import VerificationReport, Verdict
 from infrarsi.workspace import CampaignDir

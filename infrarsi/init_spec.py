@@ -1,0 +1,324 @@
+"""``infrarsi init``: a starting campaign spec from the command that launches a job.
+
+From ``python train.py --batch_size=12 ...`` (or a torchrun line) it reads the flags the
+command gives and, where the script answers ``--help`` the argparse way, the flags it
+knows. Flags whose names say what they do become knobs with a kind and candidate values
+(micro-batch / accumulation splits of the same global batch, precision, compile, threads,
+processes, ...); the sequence length, step count and seed become the contract's
+placeholders; one short dry run of the command shows its log lines, from which the log
+adapter's patterns are guessed. What only the user can know is marked ``CONFIRM``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from infrarsi.errors import InfrarsiError
+from infrarsi.launch_command import Flag, ParsedCommand, help_flags, parse_command
+from infrarsi.log_patterns import GuessedPatterns, guess_patterns
+
+# Flag names (lower case, dashes as underscores) that say what a flag is.
+KIND_NAMES = {
+    "micro_batch": ("batch_size", "micro_batch", "micro_batch_size", "per_device_train_batch_size",
+                    "train_micro_batch_size_per_gpu", "mbs", "train_batch_size"),
+    "grad_accum": ("gradient_accumulation_steps", "grad_accum", "grad_accum_steps", "accumulate_grad_batches",
+                   "accum_steps", "gradient_accumulation"),
+    "precision": ("dtype", "precision", "bf16", "fp16", "mixed_precision", "amp"),
+    "compile": ("compile", "torch_compile", "use_compile"),
+    "threads": ("threads", "num_threads", "intra_op_threads", "torch_threads"),
+    "checkpointing": ("gradient_checkpointing", "activation_checkpointing", "checkpointing", "recompute"),
+    "attention": ("attention", "attn_implementation", "attn"),
+    "optimizer": ("optim", "optimizer"),
+}
+CONTRACT_NAMES = {
+    "num_steps": ("max_iters", "max_steps", "steps", "num_steps", "iters", "train_steps", "total_steps"),
+    "seq_len": ("block_size", "seq_len", "seq_length", "max_seq_length", "context_length", "sequence_length",
+                "max_length"),
+    "seed": ("seed",),
+}
+_PRECISION_LEVELS = {"float32": "fp32", "fp32": "fp32", "32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
+                     "bf16-mixed": "bf16", "float16": "fp16", "fp16": "fp16", "16-mixed": "fp16"}
+DRY_RUN_STEPS = 3
+
+
+def kind_of(name: str) -> str | None:
+    return next((k for k, names in KIND_NAMES.items() if name in names), None)
+
+
+def contract_field_of(name: str) -> str | None:
+    return next((k for k, names in CONTRACT_NAMES.items() if name in names), None)
+
+
+def dry_run(command: list[str], cwd: Path, timeout_s: float) -> tuple[str, int | None]:
+    """Output (stdout and stderr) and exit code of one run; None when it ran out of time."""
+    try:
+        out = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
+                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return out.stdout + "\n" + out.stderr, out.returncode
+    except subprocess.TimeoutExpired as exc:
+        text = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return text, None
+
+
+def _fmt(flag: Flag, value: Any) -> list[str]:
+    text = str(value)
+    if flag.style == "equals":
+        return [f"{flag.spelled}={text}"]
+    if flag.style == "switch":
+        return [flag.spelled] if value else []
+    return [flag.spelled, text]
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [2 ** i for i in range(limit.bit_length()) if 2 ** i <= limit]
+
+
+def _precision_values(flag: Flag) -> tuple[list, dict]:
+    if isinstance(flag.value, bool):  # --bf16 / --fp16 switches
+        level = "fp16" if flag.name == "fp16" else "bf16"
+        return [flag.value, not flag.value], {"false": "fp32", "true": level}
+    value = str(flag.value)
+    families = (["float32", "bfloat16"], ["fp32", "bf16"], ["32", "bf16-mixed"], ["no", "bf16"])
+    family = next((f for f in families if value in f or (value in ("float16", "fp16", "16-mixed") and f[0] != "no")),
+                  None)
+    if family is None:
+        return [], {}
+    values = list(dict.fromkeys([value, *family]))
+    return values, {v: _PRECISION_LEVELS[v] for v in values if v in _PRECISION_LEVELS and _PRECISION_LEVELS[v] != v}
+
+
+def _candidates(flag: Flag, kind: str, cpus: int) -> tuple[list, dict]:
+    """Candidate values (the command's first) and levels for a knob of ``kind``."""
+    v = flag.value
+    if flag.choices:
+        first = v if v in flag.choices else flag.choices[0]
+        return [first, *(c for c in flag.choices if c != first)], {}
+    if kind == "precision":
+        return _precision_values(flag)
+    if kind in ("compile", "checkpointing"):
+        if isinstance(v, bool) or v is None:
+            return [bool(v), not bool(v)], {}
+        if str(v).lower() in ("on", "off"):
+            return [v, "on" if v == "off" else "off"], {}
+        return [], {}
+    if kind == "threads" and isinstance(v, int):
+        return list(dict.fromkeys([v, *_powers_of_two(cpus)])), {}
+    if kind == "attention" and v in ("eager", "sdpa"):
+        return [v, "sdpa" if v == "eager" else "eager"], {"eager": "naive"}
+    return [], {}
+
+
+@dataclass
+class Draft:
+    """The spec being written, with comments for the keys the user must look at."""
+
+    data: dict[str, Any]
+    confirm: dict[str, str] = field(default_factory=dict)   # "table.key" or "key" -> why
+    notes: list[str] = field(default_factory=list)           # header lines
+
+
+def _knob(flag: Flag, product: int | None, style: str, cpus: int) -> dict[str, Any] | None:
+    """The knob table for ``flag`` (its ``baseline`` included), or None when it is no knob:
+    no known kind, fewer than two candidates, or a micro-batch without an accumulation flag."""
+    kind = kind_of(flag.name)
+    if kind in ("micro_batch", "grad_accum"):
+        if product is None:
+            return None
+        values = [m for m in _powers_of_two(product) if product % m == 0]
+        if kind == "grad_accum":
+            values = sorted({product // m for m in values})
+        values, levels = list(dict.fromkeys([flag.value, *values])), {}
+    elif kind:
+        values, levels = _candidates(flag, kind, cpus)
+    else:
+        return None
+    if len(values) < 2:
+        return None
+    first = values[0]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        values = sorted(values)
+    knob: dict[str, Any] = {"values": values, "flag": flag.spelled, "kind": kind, "baseline": first}
+    if flag.style != style:
+        knob["flag_style"] = flag.style
+    if levels:
+        knob["levels"] = levels
+    return knob
+
+
+def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns, *, name: str,
+               spec_name: str, cpus: int) -> Draft:
+    """The spec dict for ``cmd``: ``known`` adds flags from ``--help`` the command does not give."""
+    given = {f.name for f in cmd.flags}
+    every = cmd.flags + [f for f in known if f.name not in given]
+    style = max(("separate", "equals"), key=lambda s: sum(f.style == s for f in cmd.flags))
+    draft = Draft(data={})
+    knobs: dict[str, dict] = {}
+    baseline: dict[str, Any] = {}
+    contract: dict[str, Any] = {}
+    template = list(cmd.launcher) + [cmd.script]
+    by_kind = {kind_of(f.name): f for f in every if kind_of(f.name)}
+    mb, ga = by_kind.get("micro_batch"), by_kind.get("grad_accum")
+    split = mb is not None and ga is not None and isinstance(mb.value, int) and isinstance(ga.value, int)
+    product = mb.value * ga.value if split else None
+    for flag in every:
+        field_name = contract_field_of(flag.name)
+        if field_name and flag.name in given:
+            contract[field_name] = flag.value
+            template += _fmt(flag, "{" + field_name + "}")
+            continue
+        knob = _knob(flag, product * (cmd.nproc or 1) if split else None, style, cpus)
+        if knob is None:
+            if flag.name in given:
+                template += [flag.spelled] if flag.style == "switch" else _fmt(flag, flag.value)
+            continue
+        baseline[flag.name] = knob.pop("baseline")
+        knobs[flag.name] = knob
+        if flag.name not in given:
+            draft.confirm[f"baseline.{flag.name}"] = "from --help, not the command: is this what the job runs today?"
+    for item in cmd.args:
+        if isinstance(item, str):
+            template.append(item)
+    if split:
+        draft.data["fixed_products"] = [{"knobs": [mb.name, ga.name], "value": product}]
+    elif mb is not None:
+        draft.notes.append(f"{mb.name} is not a knob: without an accumulation flag it changes the global batch.")
+    if "seed" not in contract:
+        draft.notes.append("The command passes no seed: add the script's seed flag as --seed={seed} (say) so "
+                           "verification's canary seeds reach the job.")
+    if "threads" not in {k["kind"] for k in knobs.values()}:
+        knobs["omp_threads"] = {"values": _powers_of_two(cpus), "env": "OMP_NUM_THREADS", "kind": "threads",
+                                "description": "torch's intra-op threads, read at start-up"}
+        baseline["omp_threads"] = _powers_of_two(cpus)[-1]
+    if cmd.nproc is not None:
+        knobs["nproc"] = {"values": sorted({cmd.nproc, *_powers_of_two(cpus)}), "placeholder": True,
+                          "kind": "processes", "description": "torchrun processes"}
+        baseline["nproc"] = cmd.nproc
+        if split:
+            draft.data["fixed_products"][0]["knobs"].append("nproc")
+            draft.data["fixed_products"][0]["value"] = product * cmd.nproc
+            draft.notes.append("CONFIRM fixed_products: micro-batch x accumulation x processes is the global batch "
+                               "in sequences (if your script splits the batch over processes itself, drop nproc)")
+    draft.data.update(name=name, workload_dir=".", repository="copy", command=template, flag_style=style,
+                      baseline=baseline)
+    draft.data["knobs"] = knobs
+    draft.data["metrics"] = _metrics(patterns, draft)
+    draft.data["contract"] = _contract(contract, cmd, patterns, product, draft, spec_name)
+    draft.data["device"] = {"memory_capacity": "8GiB"}
+    draft.confirm["device.memory_capacity"] = "per trial: on CPU the resident memory above which a trial is an OOM"
+    draft.data["resources"] = {"cpus_per_trial": cpus}
+    draft.data["budget"] = {"num_trials": 12, "trial_timeout_s": 300, "doctor_repeats": 3, "num_finalists": 1,
+                            "verify_pairs": 3}
+    return draft
+
+
+def _metrics(p: GuessedPatterns, draft: Draft) -> dict[str, Any]:
+    out: dict[str, Any] = {"source": "log", "stream": "both"}
+    if p.step_pattern:
+        out["step_pattern"] = p.step_pattern
+        draft.notes.append(f"step_pattern was guessed from {p.num_step_lines} lines like: {p.step_example}")
+    else:
+        out["step_pattern"] = r"step (?P<step>\d+).*loss (?P<loss>[-+0-9.eE]+)"
+        draft.confirm["metrics.step_pattern"] = "no loss line was found in the dry run: write the regex"
+    if p.eval_pattern:
+        out["eval_pattern"] = p.eval_pattern
+    if p.tokens_pattern:
+        out["tokens_pattern"] = p.tokens_pattern
+    return out
+
+
+def _contract(found: dict, cmd: ParsedCommand, p: GuessedPatterns, product: int | None, draft: Draft,
+              spec_name: str) -> dict[str, Any]:
+    steps = min(int(found.get("num_steps") or 20), 20)
+    seq_len = found.get("seq_len")
+    tokens = p.tokens_per_step or (product * (cmd.nproc or 1) * seq_len if product and seq_len else None)
+    if seq_len is None and tokens and product:
+        seq_len = tokens // (product * (cmd.nproc or 1))
+    c = {"seq_len": int(seq_len or 1), "global_batch_tokens": int(tokens or seq_len or 1), "num_steps": steps,
+         "warmup_steps": 2 if steps > 3 else 1, "seed": int(found.get("seed", 1234)),
+         "editable": [cmd.script], "locked": [spec_name]}
+    draft.confirm.update({
+        "contract.seq_len": "tokens per sequence" + ("" if "seq_len" in found else " (not in the command: guessed)"),
+        "contract.global_batch_tokens": "tokens per optimizer step" + (
+            " (from the tokens line of the dry run)" if p.tokens_per_step else " (computed: check it)"),
+        "contract.num_steps": "optimizer steps per trial, warm-up included (keep it short)",
+        "contract.locked": "the files that define what is trained (data, model, loss): hashed around every trial",
+        "contract.editable": "the files a code patch may change",
+    })
+    if not p.tokens_pattern:
+        draft.data["metrics"]["tokens_per_step"] = c["global_batch_tokens"]
+        draft.confirm["metrics.tokens_per_step"] = "the job prints no tokens line: a declared constant"
+    return c
+
+
+def render_toml(draft: Draft, command: list[str]) -> str:
+    """The spec as TOML, with a header and ``# CONFIRM`` comments on the keys to check."""
+    text = tomli_w.dumps(draft.data)
+    lines, table = [], ""
+    for line in text.splitlines():
+        if line.startswith("["):
+            table = line.strip("[]")
+        key = line.split(" = ", 1)[0] if " = " in line else None
+        why = draft.confirm.get(f"{table}.{key}" if table else key or "") if key else None
+        lines.append(f"{line}  # CONFIRM: {why}" if why else line)
+    header = [f"# Written by `infrarsi init -- {shlex.join(command)}`.",
+              "# Check every line marked CONFIRM, trim the knobs you do not want searched, then run",
+              "#   infrarsi campaign <this file>",
+              *(f"# {n}" for n in draft.notes), ""]
+    return "\n".join(header + lines) + "\n"
+
+
+def _short(command: list[str], cmd: ParsedCommand) -> list[str]:
+    """``command`` with its step count (when it gives one) cut to ``DRY_RUN_STEPS``, run by
+    the interpreter the campaign's ``{python}`` will be (this one)."""
+    prog = Path(command[0]).name
+    head = [sys.executable] if prog.startswith("python") else [sys.executable, "-m", "torch.distributed.run"]
+    steps = next((f for f in cmd.flags if contract_field_of(f.name) == "num_steps"), None)
+    out, skip = head, False
+    for tok in command[1:]:
+        if skip:
+            out.append(str(DRY_RUN_STEPS))
+            skip = False
+        elif steps is not None and steps.style == "equals" and tok.startswith(steps.spelled + "="):
+            out.append(f"{steps.spelled}={DRY_RUN_STEPS}")
+        else:
+            skip = steps is not None and steps.style == "separate" and tok == steps.spelled
+            out.append(tok)
+    return out
+
+
+def init_spec(command: list[str], *, cwd: Path, out_path: Path, name: str | None = None,
+              dry_run_timeout_s: float = 120.0, run_job: bool = True, force: bool = False) -> Path:
+    """Write a starting spec for ``command`` (run from ``cwd``) to ``out_path``."""
+    cwd, out_path = Path(cwd).resolve(), Path(out_path).resolve()
+    if out_path.exists() and not force:
+        raise InfrarsiError(f"{out_path} exists; pass --force to overwrite it or -o to write elsewhere")
+    cmd = parse_command(command)
+    if not (cwd / cmd.script).is_file():
+        raise InfrarsiError(f"script {cmd.script!r} not found under {cwd}; run infrarsi init from the folder "
+                            "you launch the job from")
+    known = help_flags(cmd, cwd)
+    patterns = GuessedPatterns()
+    if run_job:
+        output, code = dry_run(_short(command, cmd), cwd, dry_run_timeout_s)
+        patterns = guess_patterns(output)
+        if code not in (0, None) and not patterns.step_pattern:
+            raise InfrarsiError(f"the dry run of the command exited {code} and printed no loss line; "
+                                f"its last output:\n{output.strip()[-1500:]}\nfix the command first")
+    try:
+        spec_name = out_path.relative_to(cwd).as_posix()
+    except ValueError:
+        spec_name = cmd.script
+    draft = build_spec(cmd, known, patterns, name=name or re.sub(r"\W+", "-", Path(cmd.script).stem).strip("-"),
+                       spec_name=spec_name, cpus=os.cpu_count() or 1)
+    draft.data["workload_dir"] = os.path.relpath(cwd, out_path.parent)
+    out_path.write_text(render_toml(draft, command))
+    return out_path

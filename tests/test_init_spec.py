@@ -1,0 +1,93 @@
+"""``infrarsi init``: a starting spec from a launch command, close to a hand-written one."""
+
+import re
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from infrarsi.cli import main
+from infrarsi.errors import InfrarsiError
+from infrarsi.launch_command import help_flags, parse_command
+from infrarsi.log_patterns import guess_patterns
+from infrarsi.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+NANOGPT = ROOT / "examples" / "nanogpt_style"
+
+
+def test_init_writes_a_spec_close_to_the_hand_written_one(tmp_path, monkeypatch):
+    folder = shutil.copytree(NANOGPT, tmp_path / "job")
+    monkeypatch.chdir(folder)
+    assert main(["init", "-o", "init.toml", "--", "python", "train.py", "--batch_size=2",
+                 "--gradient_accumulation_steps=8", "--dtype=float32", "--threads=1",
+                 "--max_iters=8", "--seed=1234"]) == 0
+    text = (folder / "init.toml").read_text()
+    assert "# CONFIRM" in text and "contract.seq_len" not in text
+    made, hand = tomllib.loads(text), tomllib.loads((folder / "campaign.toml").read_text())
+    assert made["command"] == hand["command"] and made["flag_style"] == hand["flag_style"] == "equals"
+    assert set(made["knobs"]) == set(hand["knobs"])
+    assert made["fixed_products"] == hand["fixed_products"] and made["baseline"] == hand["baseline"]
+    for name, knob in hand["knobs"].items():
+        got = made["knobs"][name]
+        assert (sorted(map(str, got["values"])), got["flag"], got["kind"], got.get("levels")) == \
+            (sorted(map(str, knob["values"])), knob["flag"], knob["kind"], knob.get("levels")), name
+    for key in ("seq_len", "global_batch_tokens", "num_steps", "warmup_steps"):
+        assert made["contract"][key] == hand["contract"][key], key
+    assert made["contract"]["seed"] == 1234 == load_spec(folder / "campaign.toml").contract.seed
+    # the guessed log patterns are the hand-written ones
+    for key in ("step_pattern", "eval_pattern", "tokens_pattern"):
+        assert made["metrics"][key] == hand["metrics"][key], key
+    spec = load_spec(folder / "init.toml")  # a valid spec as written
+    assert len(spec.space.feasible) == len(load_spec(folder / "campaign.toml").space.feasible)
+    with pytest.raises(InfrarsiError, match="exists; pass --force"):
+        main_raises(["init", "-o", "init.toml", "--no-dry-run", "--", "python", "train.py"])
+
+
+def main_raises(argv):
+    from infrarsi.init_spec import init_spec
+
+    job = argv[argv.index("--") + 1:]
+    init_spec(job, cwd=Path.cwd(), out_path=Path(argv[argv.index("-o") + 1]), run_job=False)
+
+
+def test_a_torchrun_line_and_argparse_help(tmp_path):
+    cmd = parse_command(["torchrun", "--standalone", "--nproc_per_node=2", "train.py", "--flavour", "tiny",
+                         "--micro-batch", "4", "--steps", "7", "--seq-len", "128"])
+    assert cmd.launcher == ["{python}", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "{nproc}"]
+    assert cmd.nproc == 2 and [f.style for f in cmd.flags] == ["separate"] * 4
+    flags = {f.name: f for f in help_flags(cmd, ROOT / "workloads" / "gpt")}
+    assert flags["precision"].choices == ["fp32", "bf16"] and flags["checkpointing"].choices[-1] == "full"
+    from infrarsi.init_spec import build_spec
+
+    draft = build_spec(cmd, list(flags.values()), guess_patterns(""), name="gpt", spec_name="c.toml", cpus=2)
+    knobs = draft.data["knobs"]
+    assert knobs["nproc"]["placeholder"] and knobs["nproc"]["kind"] == "processes"
+    assert knobs["precision"]["values"] == ["fp32", "bf16"] and knobs["precision"]["kind"] == "precision"
+    assert draft.data["command"][-8:] == ["--flavour", "tiny", "--micro-batch", "4", "--steps", "{num_steps}",
+                                          "--seq-len", "{seq_len}"]
+    assert "micro_batch" not in knobs  # no accumulation flag: it would change the global batch
+    assert draft.data["metrics"]["tokens_per_step"] == draft.data["contract"]["global_batch_tokens"]
+
+
+def test_log_patterns_are_guessed_from_trainer_lines():
+    hf = ("{'loss': '4.8', 'grad_norm': '0.642', 'learning_rate': '5e-05', 'epoch': '0.007812'}\n"
+          "{'loss': '4.786', 'grad_norm': '0.7107', 'learning_rate': '4.167e-05', 'epoch': '0.01562'}\n"
+          "{'eval_loss': '4.7', 'eval_runtime': '0.1'}\n"
+          "{'train_runtime': '9.767', 'train_loss': '4.79', 'epoch': '0.04688'}\n")
+    g = guess_patterns(hf)
+    assert [m["loss"] for m in re.finditer(g.step_pattern, hf)] == ["4.8", "4.786"]
+    assert [m["eval_loss"] for m in re.finditer(g.eval_pattern, hf)] == ["4.7"]
+    assert g.tokens_pattern is None
+    lightning = "Epoch 0:  50%| 1/2 [00:01<00:01, 1.00it/s, v_num=0, train_loss=3.250]\n" * 2
+    assert re.search(guess_patterns(lightning).step_pattern, lightning)["loss"] == "3.250"
+
+
+def test_a_command_init_cannot_read_says_what_to_do(tmp_path):
+    with pytest.raises(InfrarsiError, match="needs the launch command after '--'"):
+        parse_command([])
+    with pytest.raises(InfrarsiError, match="not 'bash'"):
+        parse_command(["bash", "run.sh"])
+    with pytest.raises(InfrarsiError, match="no .py script"):
+        parse_command(["python", "-c", "print(1)"])
