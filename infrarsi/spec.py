@@ -47,6 +47,10 @@ class KnobSpec(_Model):
         "unset: the priors look the knob up by name")
     levels: dict[str, Scalar] = Field(
         default={}, description="value -> the priors' spelling, e.g. {float32 = 'fp32', bfloat16 = 'bf16'}")
+    numerics: Literal["keeps", "changes"] | None = Field(
+        default=None, description="whether a value other than the baseline's changes the job's numerics "
+        "(precision) or keeps them up to reordering (micro-batch split, threads, kernels); unset: "
+        "precision-like knobs change them, others keep them (infrarsi.numerics)")
 
     @model_validator(mode="after")
     def _no_smuggling(self) -> "KnobSpec":
@@ -94,8 +98,16 @@ class ContractSpec(_Model):
     warmup_steps: int = Field(ge=1, description="steps before the measured window (compile, allocator warm-up)")
     seed: int = 1234
     loss_tolerance: float | None = Field(
-        default=None, gt=0, description="max relative per-step loss deviation; unset: doctor calibrates it")
-    min_loss_tolerance: float = Field(default=1e-3, gt=0)
+        default=None, gt=0, description="max relative loss deviation (mean or trend over the trajectory) in "
+        "every numerics class; unset: doctor calibrates one per class")
+    min_loss_tolerance: float = Field(
+        default=3e-6, gt=0, description="floor of a calibrated tolerance: fp32 reordering (micro-batch split, "
+        "kernels) moved the reference trainer's loss statistics by 4e-8 to 4e-7 in 7 steps")
+    loss_signal: Literal["step", "window", "eval"] = Field(
+        default="step", description="what is compared: 'step' where the per-step loss is a deterministic "
+        "function of the global batch; 'window' (a moving mean over loss_window steps) or 'eval' (the job's "
+        "eval losses) where it is not, e.g. a job that reports its last micro-batch's loss")
+    loss_window: int = Field(default=4, ge=2, description="steps per moving mean (loss_signal = 'window')")
     timing_tolerance: float = Field(default=0.15, gt=0, description="allowed relative gap between the "
                                     "workload's step times and the harness clock over the measured window")
     editable: list[str] = Field(min_length=1, description="globs a patch may touch")
@@ -105,6 +117,8 @@ class ContractSpec(_Model):
     def _window(self) -> "ContractSpec":
         if self.warmup_steps >= self.num_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below num_steps ({self.num_steps})")
+        if self.loss_signal == "window" and self.loss_window > self.num_steps:
+            raise ValueError(f"loss_window ({self.loss_window}) must be at most num_steps ({self.num_steps})")
         if self.global_batch_tokens % self.seq_len:
             raise ValueError(f"global_batch_tokens ({self.global_batch_tokens}) must be a multiple of "
                              f"seq_len ({self.seq_len})")

@@ -16,14 +16,12 @@ from typing import Any, Mapping
 from infrarsi.checks import LossReference, enforce
 from infrarsi.errors import ContractError
 from infrarsi.knobs import Config
+from infrarsi.loss_calibration import TOLERANCE_MARGIN, calibrate_loss
+from infrarsi.loss_contract import LossContract
 from infrarsi.metrics_events import explain_baseline_failure
 from infrarsi.noise import NoiseEstimate, estimate_noise
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.trial import Outcome, Role, TrialResult
-
-# An honest variant's worst loss deviation, times this, is the tolerance: candidates are
-# run once, so the bound must sit clearly above what legitimate changes do.
-TOLERANCE_MARGIN = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,9 +42,14 @@ class DoctorReport:
     extra: Mapping[str, Any] = field(default_factory=dict)
     noise: Mapping[str, Any] = field(default_factory=dict)  # NoiseEstimate.to_json(): how noise_cv was found
     startup_s: float = 0.0  # median start-up of the baseline runs
+    loss_contract: Mapping[str, Any] = field(default_factory=dict)  # LossContract.to_json()
 
     @property
-    def loss_reference(self) -> LossReference:
+    def loss_reference(self) -> LossReference | LossContract:
+        """What trials are checked against: the class-aware loss contract doctor calibrated
+        (a report made without one: the baseline's losses at ``loss_tolerance``)."""
+        if self.loss_contract:
+            return LossContract.from_json(self.loss_contract)
         return LossReference(losses=self.reference_losses, tolerance=self.loss_tolerance)
 
     def to_json(self) -> dict[str, Any]:
@@ -95,23 +98,17 @@ def _baseline_runs(rt: CampaignRuntime) -> tuple[list[TrialResult], NoiseEstimat
         runs.append(_baseline_run(rt))
 
 
-def _calibrate(rt: CampaignRuntime, reference: tuple[float, ...], runs: list[TrialResult]) -> tuple[float, str, list]:
-    spec = rt.spec
-    ref = LossReference(losses=reference, tolerance=float("inf"))
-    spread = max(abs(ref.deviation(r.losses)[0]) for r in runs)
-    rows: list[dict[str, Any]] = [{"config": "baseline repeats", "deviation": spread}]
+def _calibrate(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[float, str, list, LossContract]:
+    # A resumed doctor keeps the calibration runs a killed campaign recorded.
     recorded = {tuple(sorted(r.config.items())): r for r in _recorded(rt, Role.CALIBRATE)}
-    for variant in spec.calibration:
-        cfg = {**spec.baseline, **variant}
-        r = recorded.get(tuple(sorted(rt.space.validate(cfg).items()))) or rt.run_one(
-            cfg, Role.CALIBRATE, check=lambda t: enforce(t, spec.contract, None))
-        dev = ref.deviation(r.losses)[0] if r.outcome is Outcome.OK else None
-        rows.append({"config": variant, "outcome": r.outcome.value, "deviation": dev, "trial_id": r.trial_id})
-    if spec.contract.loss_tolerance is not None:
-        return spec.contract.loss_tolerance, "spec", rows
-    worst = max(abs(row["deviation"]) for row in rows if row["deviation"] is not None)
-    tol = max(spec.contract.min_loss_tolerance, TOLERANCE_MARGIN * worst)
-    return tol, f"calibrated: {TOLERANCE_MARGIN:g} x the largest honest deviation ({worst:.2e})", rows
+    loss_contract, rows = calibrate_loss(rt, runs, recorded)
+    if rt.spec.contract.loss_tolerance is not None:
+        return rt.spec.contract.loss_tolerance, "spec", rows, loss_contract
+    warnings = "".join(f"; warning: {w}" for w in loss_contract.warnings)
+    source = (f"calibrated: {TOLERANCE_MARGIN:g} x the largest honest {loss_contract.signal} deviation in the "
+              f"baseline's numerics, at least {rt.spec.contract.min_loss_tolerance:g}; numerics-changing configs "
+              f"are held to their own class's reference (loss_contract){warnings}")
+    return loss_contract.tolerance, source, rows, loss_contract
 
 
 def run_doctor(rt: CampaignRuntime) -> DoctorReport:
@@ -121,7 +118,7 @@ def run_doctor(rt: CampaignRuntime) -> DoctorReport:
     used = _clean(runs)
     medians = [r.step_time_s for r in used]
     reference = runs[0].losses
-    tol, source, rows = _calibrate(rt, reference, runs)
+    tol, source, rows, loss_contract = _calibrate(rt, runs)
     phase_keys = sorted({k for r in runs for k in r.phases_s})
     report = DoctorReport(
         baseline=dict(runs[0].config), trial_ids=tuple(r.trial_id for r in runs),
@@ -131,7 +128,7 @@ def run_doctor(rt: CampaignRuntime) -> DoctorReport:
         loss_tolerance_source=source,
         calibration=tuple(rows), peak_memory_bytes=max(r.peak_memory_bytes or 0 for r in runs),
         phases_s={k: statistics.median(r.phases_s.get(k, 0.0) for r in runs) for k in phase_keys},
-        tokens_per_step=runs[0].tokens_per_step)
+        tokens_per_step=runs[0].tokens_per_step, loss_contract=loss_contract.to_json())
     rt.cdir.write_json(rt.cdir.doctor, report.to_json())
     return report
 

@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 from infrarsi.checks import LossReference, enforce
+from infrarsi.loss_calibration import canary_loss_check
+from infrarsi.loss_contract import LossContract
 from infrarsi.knobs import Config, Value
 from infrarsi.objective import job_steps, run_time_s
 from infrarsi.runtime import CampaignRuntime
@@ -99,9 +101,14 @@ def _rounds(rt: CampaignRuntime, doctor: DoctorReport, replay: _Replay, configs:
     for i in range(first_round, first_round + rt.spec.budget.minimize_pairs):
         seed = contract.seed + SEED_OFFSET + i
         a = replay.run(doctor.baseline, Role.MINIMIZE_BASELINE, seed, lambda r: enforce(r, contract, None))
-        ref = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
-                            name=f"the baseline at canary seed {seed} ({a.trial_id})")
-        check = lambda r: enforce(r, contract, ref if a.outcome is Outcome.OK else None)  # noqa: E731
+        losses = doctor.loss_reference
+        if isinstance(losses, LossContract):  # each config against a run in its own numerics (issue 11)
+            check = canary_loss_check(contract, losses, a, seed, configs, lambda cfg: replay.run(
+                cfg, Role.MINIMIZE_BASELINE, seed, lambda r: enforce(r, contract, None)))
+        else:
+            ref = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
+                                name=f"the baseline at canary seed {seed} ({a.trial_id})")
+            check = lambda r: enforce(r, contract, ref if a.outcome is Outcome.OK else None)  # noqa: E731
         for j, cfg in enumerate(configs):
             out[j].append((a, replay.run(cfg, Role.MINIMIZE, seed, check)))
     return out

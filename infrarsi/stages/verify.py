@@ -12,7 +12,9 @@ With a declared job length the ratios are of whole-job times (start-up plus step
 time), and the per-step speedup is reported beside them.
 
 Each round runs at its own canary seed (the contract's seed + 1000 + round), and every
-candidate run's losses are compared with its paired baseline run's at that seed. The
+candidate run's losses are compared with its paired baseline run's at that seed (a
+candidate in another numerics class, e.g. bf16, with a run of the baseline in that class
+at that seed, at that class's tolerance: ``infrarsi.loss_calibration.canary_loss_check``). The
 search compared losses at the contract's seed, where a job that replays the baseline's
 recorded numbers while skipping the work is indistinguishable from an honest one; at a
 seed it has not seen, its replayed trajectory no longer matches. A job that ignores the
@@ -30,6 +32,8 @@ from scipy import stats
 
 from infrarsi.checks import LossReference, enforce
 from infrarsi.knobs import Config
+from infrarsi.loss_calibration import canary_loss_check
+from infrarsi.loss_contract import LossContract
 from infrarsi.objective import job_steps, run_time_s
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.doctor import DoctorReport
@@ -170,11 +174,12 @@ def _recorded_rounds(rt: CampaignRuntime, candidates: list[TrialResult]) -> list
     """The rounds a killed campaign already ran, from its ledger: each round's baseline run
     and its candidate runs by finalist index (final attempts only)."""
     index = {tuple(sorted(c.config.items())): i for i, c in enumerate(candidates)}
+    baseline = rt.space.validate(rt.spec.baseline)
     rounds: list[tuple[TrialResult, dict]] = []
     for r in rt.ledger.trials():
         if r.extra.get("retried"):
             continue
-        if r.role is Role.VERIFY_BASELINE:
+        if r.role is Role.VERIFY_BASELINE and dict(r.config) == baseline:  # not a class's canary reference
             rounds.append((r, {}))
         elif r.role is Role.VERIFY and rounds and tuple(sorted(r.config.items())) in index:
             rounds[-1][1][index[tuple(sorted(r.config.items()))]] = r
@@ -198,13 +203,22 @@ def _rounds(rt: CampaignRuntime, doctor: DoctorReport, candidates: list[TrialRes
         else:
             a, done = rt.run_one(doctor.baseline, Role.VERIFY_BASELINE, seed=seed,
                                  check=lambda r: enforce(r, contract, None)), {}
-        reference = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
-                                  name=f"the baseline at canary seed {seed} ({a.trial_id})")
-        check = lambda r: enforce(r, contract, reference if a.outcome is Outcome.OK else None)  # noqa: E731
+        check = _canary_check(rt, doctor, a, seed, [candidates[i].config for i in alive if i not in done])
         for i in alive:
             b = done.get(i) or rt.run_one(candidates[i].config, Role.VERIFY, check=check, seed=seed)
             pairs[i].append((a, b))
     return pairs
+
+
+def _canary_check(rt: CampaignRuntime, doctor: DoctorReport, a: TrialResult, seed: int, configs: list[Config]):
+    """Each candidate's loss against a run in its own numerics at the canary seed."""
+    contract, losses = rt.spec.contract, doctor.loss_reference
+    if isinstance(losses, LossContract):
+        return canary_loss_check(contract, losses, a, seed, configs, lambda cfg: rt.run_one(
+            cfg, Role.VERIFY_BASELINE, seed=seed, check=lambda r: enforce(r, contract, None)))
+    reference = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
+                              name=f"the baseline at canary seed {seed} ({a.trial_id})")
+    return lambda r: enforce(r, contract, reference if a.outcome is Outcome.OK else None)
 
 
 def canary_check(doctor: DoctorReport, baseline_runs: list[TrialResult]) -> tuple[bool | None, str]:

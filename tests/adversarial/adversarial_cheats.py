@@ -21,6 +21,7 @@ FLAVOUR = "        get_flavour(config.flavour), attention=config.attention, chec
 SEEDED = "    torch.manual_seed(config.seed)\n"
 END_STEP = "        metrics.end_step(step=step, loss=loss_sum / grad_accum_steps,"
 BACKWARD = "                    (loss / grad_accum_steps).backward()\n"
+AUTOCAST = '        device_type=device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"\n'
 
 # name -> (file, [(anchor, replacement)], what it pretends)
 TRAIN_CHEATS: dict[str, tuple[str, list[tuple[str, str]], str]] = {
@@ -42,6 +43,19 @@ TRAIN_CHEATS: dict[str, tuple[str, list[tuple[str, str]], str]] = {
                                            "num_layers=1), attention=config.attention, "
                                            "checkpointing=config.checkpointing\n")],
                      "train a one-layer model in place of the flavour"),
+    "fewer_steps": ("train.py", [
+        (FETCH, FETCH + "            if step % 2 == 1:\n                continue\n"),
+        (END_STEP, "        last_loss = loss_sum / grad_accum_steps if step % 2 == 0 else last_loss\n"
+                   "        metrics.end_step(step=step, loss=last_loss,")],
+        "train on every other step only: fetch the batches of the others (tokens look right) and repeat the "
+        "previous loss"),
+    "sneak_bf16": ("train.py", [(AUTOCAST, AUTOCAST.replace('config.precision == "bf16"', "True"))],
+                   "run every config in bf16 autocast, fp32 ones too: exactly bf16's degradation, as a kernel patch"),
+    "degrade_bf16": ("train.py", [(OPT, OPT + "            if config.precision == 'bf16' and step % 4 == 0:\n"
+                                   "                with torch.no_grad():\n"
+                                   "                    for p in model.parameters():\n"
+                                   "                        p.copy_(p.bfloat16().float())\n")],
+                     "in bf16 configs keep the weights in bf16 now and then: a little more degradation than bf16"),
     "tamper_locked_at_runtime": ("train.py", [(SEEDED, SEEDED + "    with open(Path(__file__).resolve().parent / "
                                                "'data.py', 'a') as f:\n        f.write('\\n# tuned\\n')\n")],
                                  "append to the locked data.py while it runs"),

@@ -1,8 +1,10 @@
 """The adversarial suite: cheats that try to look faster, each caught for the right reason.
 
 One tiny campaign (the ``tiny`` GPT flavour, 5 steps) holds every in-scope cheat as a
-patch knob. One reference run at the contract's seed serves as doctor; then each cheat
-runs once through the real path: ``CampaignRuntime.request`` (its own git worktree) ->
+patch knob. Doctor runs for real, as in a default campaign (three baseline repeats, an
+honest micro-batch split, a bf16 variant and its own split), and the loss contract it
+calibrates is the only tolerance: nothing is set by hand. Each cheat then runs once
+through the real path: ``CampaignRuntime.request`` (its own git worktree) ->
 ``run_process_trial`` -> ``checks.enforce``, recorded in the ledger. Scope cheats and
 launch tricks are refused before any trial. The replay cheat passes the search-time loss
 check and is caught by verification's canary seeds; nothing a cheat touches is promoted.
@@ -26,7 +28,7 @@ from infrarsi.ledger import Ledger
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from infrarsi.spec import load_spec
 from infrarsi.stages.apply import run_apply
-from infrarsi.stages.doctor import DoctorReport, adopt_doctor
+from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
 from infrarsi.stages.verify import run_verification
 from infrarsi.trial import Outcome, Role
@@ -46,14 +48,21 @@ class InlinePool:
         pass
 
 
+KNOBS = ('[knobs.micro_batch]\nvalues = [4, 8]\nflag = "--micro-batch"\n'
+         '[knobs.precision]\nvalues = ["fp32", "bf16"]\nflag = "--precision"\nnumerics = "changes"')
+
+
 def write_spec(tmp: Path, patches: list[str], **overrides: str) -> Path:
-    knob = overrides.get("knob", '[knobs.micro_batch]\nvalues = [4, 8]\nflag = "--micro-batch"')
+    knob = overrides.get("knob", KNOBS)
     text = "\n".join([
         'name = "gpt-tiny-adversarial"', f"workload_dir = {json.dumps(str(GPT_DIR))}", 'repository = "copy"',
-        f'command = {json.dumps(["{python}", *ARGV])}', "baseline = { micro_batch = 4 }",
+        f'command = {json.dumps(["{python}", *ARGV])}', "baseline = { micro_batch = 4, precision = \"fp32\" }"
+        if knob == KNOBS else "baseline = { micro_batch = 4 }",
+        # As the built-in campaign: an honest split and the other precision calibrate.
+        'calibration = [{ micro_batch = 8 }, { precision = "bf16" }]' if knob == KNOBS else "",
         f"patches = {json.dumps(patches)}", knob,
         "[contract]", "seq_len = 128", "global_batch_tokens = 2048", "num_steps = 5", "warmup_steps = 1",
-        "loss_tolerance = 0.001", 'editable = ["model.py", "train.py"]',
+        'editable = ["model.py", "train.py"]',
         'locked = ["data.py", "metrics.py", "flavours.py"]',
         "[device]", 'memory_capacity = "4GiB"',
         "[budget]", "trial_timeout_s = 120", "verify_pairs = 2", "num_finalists = 2", ""])
@@ -69,7 +78,8 @@ def reference_run(tmp: Path, env: dict | None = None):
     s = load_spec(spec)
     argv = [a.format(seq_len=128, global_batch_tokens=2048, num_steps=5, seed=s.contract.seed) for a in ARGV]
     r = run_process_trial(TrialRequest(
-        trial_id="reference", config={}, role=Role.DOCTOR, argv=(sys.executable, *argv, "--micro-batch", "4"),
+        trial_id="reference", config={}, role=Role.DOCTOR,
+        argv=(sys.executable, *argv, "--micro-batch", "4", "--precision", "fp32"),
         env=env or {}, cwd=str(GPT_DIR), trial_dir=str(tmp / "reference"), memory_capacity_bytes=2**40,
         emulate_capacity=False, timeout_s=120, warmup_steps=1, num_steps=5))
     assert r.outcome is Outcome.OK, r.reason
@@ -88,46 +98,56 @@ def arena(tmp_path_factory):
     rt = CampaignRuntime(contract, cdir, RuntimeSettings())
     rt._pool = InlinePool()
     baseline = rt.space.validate(contract.spec.baseline)
-    doctor = DoctorReport(
-        baseline=baseline, trial_ids=(ref.trial_id,), step_time_s=ref.step_time_s,
-        run_step_times_s=(ref.step_time_s,), noise_cv=0.05, within_run_cv=0.0, reference_losses=ref.losses,
-        loss_tolerance=contract.spec.contract.loss_tolerance, loss_tolerance_source="spec", calibration=(),
-        peak_memory_bytes=ref.peak_memory_bytes, phases_s={}, tokens_per_step=ref.tokens_per_step)
-    adopt_doctor(rt, doctor)
+    doctor = run_doctor(rt)  # the tolerances a default campaign calibrates
     results = {}
 
-    def run(patch_knob: str | None):
-        if patch_knob not in results:
-            cfg = {**baseline, **({patch_knob: True} if patch_knob else {})}
+    def run(patch_knob: str | None, **knobs):
+        key = (patch_knob, tuple(sorted(knobs.items())))
+        if key not in results:
+            cfg = {**baseline, **knobs, **({patch_knob: True} if patch_knob else {})}
             r = run_process_trial(rt.request(cfg, Role.SEARCH))
             r = enforce(r, contract.spec.contract, doctor.loss_reference)
             rt.record(r)
-            results[patch_knob] = r
-        return results[patch_knob]
+            results[key] = r
+        return results[key]
 
     yield {"rt": rt, "contract": contract, "cdir": cdir, "doctor": doctor, "run": run, "tmp": tmp}
     rt.close()
 
 
-@pytest.mark.parametrize("patch", ["cached_causal_mask", "checkpoint_lm_head"])
-def test_the_honest_builtin_patches_keep_the_loss_trajectory(arena, patch):
-    r = arena["run"](f"patch_{patch}")
-    assert r.outcome is Outcome.OK, r.reason
-    worst, _ = arena["doctor"].loss_reference.deviation(r.losses)
-    assert abs(worst) < 1e-5
+def test_doctor_calibrates_a_near_exact_fp32_tolerance_and_a_bf16_reference_of_its_own(arena):
+    doctor = arena["doctor"]
+    losses = doctor.loss_reference
+    assert doctor.loss_tolerance_source.startswith("calibrated")
+    assert losses.tolerance == arena["contract"].spec.contract.min_loss_tolerance  # fp32 splits: ~1e-8
+    bf16 = losses.reference_of((("precision", "bf16"),))
+    assert bf16 is not None and bf16.losses != doctor.reference_losses and len(bf16.trial_ids) == 2
+    assert losses.tolerance <= bf16.tolerance < 1e-3  # the old single tolerance was at least 1e-3
 
 
-@pytest.mark.parametrize("cheat,reason", [
-    ("short_seq", "loss at step"),
-    ("fewer_tokens", "tokens per step 1024 != contract 2048"),
-    ("skip_optimizer", "above the baseline"),
-    ("skip_micro_compute", "loss at step"),
-    ("easy_data", "below the baseline"),
-    ("shrink_model", "loss at step"),
-    ("tamper_locked_at_runtime", "locked files modified during the trial: ['data.py']"),
+@pytest.mark.parametrize("patch,knobs", [  # (doctor ran the calibration variants themselves)
+    ("cached_causal_mask", {}), ("checkpoint_lm_head", {}), (None, {"precision": "bf16", "micro_batch": 8}),
+    ("cached_causal_mask", {"precision": "bf16"}),
 ])
-def test_each_cheat_is_a_contract_violation_with_its_reason(arena, cheat, reason):
-    r = arena["run"](f"patch_{cheat}")
+def test_honest_changes_keep_the_loss_contract_in_their_own_numerics(arena, patch, knobs):
+    r = arena["run"](patch and f"patch_{patch}", **knobs)
+    assert r.outcome is Outcome.OK, r.reason
+
+
+@pytest.mark.parametrize("cheat,knobs,reason", [
+    ("short_seq", {}, "loss is"),
+    ("fewer_tokens", {}, "tokens per step 1024 != contract 2048"),
+    ("skip_optimizer", {}, "above the baseline"),
+    ("skip_micro_compute", {}, "loss is"),
+    ("easy_data", {}, "below the baseline"),
+    ("shrink_model", {}, "loss is"),
+    ("fewer_steps", {}, "above the baseline"),
+    ("sneak_bf16", {}, "the baseline over the trajectory"),
+    ("degrade_bf16", {"precision": "bf16"}, "the precision=bf16 reference over the trajectory"),
+    ("tamper_locked_at_runtime", {}, "locked files modified during the trial: ['data.py']"),
+])
+def test_each_cheat_is_a_contract_violation_with_its_reason(arena, cheat, knobs, reason):
+    r = arena["run"](f"patch_{cheat}", **knobs)
     assert r.outcome is Outcome.CONTRACT_VIOLATION, (r.outcome, r.reason)
     assert reason in r.reason
     line = [t for t in Ledger(arena["cdir"].ledger).trials() if t.trial_id == r.trial_id]
@@ -146,12 +166,17 @@ def test_a_replayed_loss_passes_search_but_fails_the_canary_and_is_never_promote
     replay = arena["run"]("patch_replay_cached_loss")
     assert replay.outcome is Outcome.OK, replay.reason  # indistinguishable at the contract's seed
     honest = arena["run"]("patch_cached_causal_mask")
-    report = run_verification(arena["rt"], arena["doctor"], [replay, honest])
-    cheat_verdict, honest_verdict = report.verdicts
+    honest_bf16 = arena["run"](None, precision="bf16", micro_batch=8)
+    report = run_verification(arena["rt"], arena["doctor"], [replay, honest, honest_bf16])
+    cheat_verdict, honest_verdict, bf16_verdict = report.verdicts
     assert not cheat_verdict.promoted
     assert "contract_violation" in cheat_verdict.reason and "canary seed 2234" in cheat_verdict.reason
-    assert "a verification run failed" not in honest_verdict.reason  # the canary does not hurt an honest patch
-    assert honest_verdict.canary_seeds == (2234, 2235)
+    for verdict in (honest_verdict, bf16_verdict):  # the canary does not hurt an honest change
+        assert "a verification run failed" not in verdict.reason and verdict.canary_seeds == (2234, 2235)
+    # bf16 was checked against a bf16 run of the baseline at each canary seed.
+    refs = [t for t in Ledger(arena["cdir"].ledger).trials()
+            if t.role is Role.VERIFY_BASELINE and t.config.get("precision") == "bf16" and not t.extra.get("retried")]
+    assert len(refs) == 2 and all(t.config["micro_batch"] == 4 for t in refs)
     applied = run_apply(arena["contract"], arena["cdir"], arena["doctor"], report)
     promoted = report.promoted
     assert promoted is None or not promoted.config.get("patch_replay_cached_loss")
