@@ -21,6 +21,8 @@ NUM_STEPS = 40
 # The trial whose node is lost runs long enough that the loss surely lands mid-trial,
 # however fast the machine: removing a node takes seconds.
 NUM_STEPS_LONG = 400
+# How long every node's rank has run before the node is lost.
+RANKS_SETTLE_S = 2.0
 TINY_GPT = ("--flavour", "tiny", "--seq-len", "64", "--global-batch-tokens", "1024", "--lr", "3e-3",
             "--micro-batch", "4", "--checkpointing", "none", "--attention", "naive", "--threads", "1")
 
@@ -41,10 +43,40 @@ def request(out_dir: Path, trial_id: str, num_steps: int = NUM_STEPS):
                         devices_per_trial=2)
 
 
-def first_step_written(trial_dir: Path) -> bool:
-    for metrics in trial_dir.glob("node*/metrics.jsonl"):
-        if '"event": "step"' in metrics.read_text():
-            return True
+def trial_ranks(trial_dir: Path) -> list:
+    """The trial's running ranks: torchrun's workers (torchrun gives them ``RANK``) whose
+    metrics file, inherited from the node's launcher, lies under ``trial_dir``."""
+    import psutil
+
+    ranks = []
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if env.get("INFRARSI_METRICS_FILE", "").startswith(f"{trial_dir}/") and "RANK" in env:
+                ranks.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return ranks
+
+
+def wait_until_ranks_run(trial_dir: Path, num_nodes: int, timeout_s: float) -> bool:
+    """True once every node's rank has been running for ``RANKS_SETTLE_S``: the rendezvous
+    of all nodes is done and the job is under way (400 steps take far longer), so a loss
+    now lands mid-trial."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    first_seen = None
+    while time.monotonic() < deadline:
+        ranks = trial_ranks(trial_dir)
+        if len(ranks) == num_nodes:
+            first_seen = first_seen or time.monotonic()
+            try:
+                if time.monotonic() - first_seen > RANKS_SETTLE_S:
+                    return all(r.is_running() for r in ranks)
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.25)
     return False
 
 
@@ -63,24 +95,40 @@ def kill_orphans(out_dir: Path) -> int:
     return killed
 
 
-def kill_node(cluster, node) -> None:
-    """What losing a machine does: its raylet and every process under it die at once, the
-    trial's own process tree included (Ray alone would let a removed node's workers finish
-    their task, and the trial processes run in their own session)."""
+def kill_node(cluster, node, trial_dir: Path) -> dict:
+    """What losing a machine does to the trial: the Ray worker that hosts the trial's node
+    actor on ``node`` and that actor's whole trial process tree die at once (SIGKILL), then
+    the node leaves the cluster. (``Cluster.remove_node`` alone kills the node's raylet but
+    not its workers, and the trial processes run in sessions of their own.) The actor's
+    worker is found from the trial's ranks: their ancestor named ``ray::`` whose parent is
+    this node's raylet (its command line names the node's raylet socket)."""
     import psutil
 
-    # Ray's workers on that node name its raylet socket on their command line.
     socket_name = node._raylet_socket_name
-    doomed = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(socket_name in arg for arg in proc.info["cmdline"] or []):
-            doomed += [proc, *proc.children(recursive=True)]
-    for proc in doomed:
+    workers = {}
+    for rank in trial_ranks(trial_dir):
         try:
+            chain = rank.parents()
+            for child, parent in zip(chain, chain[1:]):
+                if child.name().startswith("ray::") or child.cmdline()[0].startswith("ray::"):
+                    if any(socket_name in arg for arg in parent.cmdline()):
+                        workers[child.pid] = (child, rank)
+                    break
+        except (psutil.NoSuchProcess, IndexError):
+            pass
+    doomed, killed = [], {"workers": len(workers), "ranks": [], "processes": []}
+    for worker, rank in workers.values():
+        doomed += [worker, *worker.children(recursive=True)]
+        killed["ranks"].append(rank.environ()["INFRARSI_METRICS_FILE"])
+    for proc in reversed(doomed):  # the ranks first: torchrun's death would take them along
+        try:
+            name = " ".join(proc.cmdline())[:300]
             proc.kill()
+            killed["processes"].append(name)
         except psutil.NoSuchProcess:
             pass
     cluster.remove_node(node, allow_graceful=False)
+    return killed
 
 
 def main(out_dir: Path) -> None:
@@ -106,17 +154,16 @@ def main(out_dir: Path) -> None:
         # 1. A whole trial over two nodes.
         for result in pool.run_one(request(out_dir, "t1")):
             ledger.append_trial(result)
-        # 2. A node lost mid-trial: remove the worker once rank 0 has reported a step, then
-        # bring up a replacement so the retry can be placed. (The head holds the driver and
+        # 2. A node lost mid-trial: once both nodes' ranks run, kill the worker node's share
+        # of the trial and remove the node, then bring up a replacement so the retry can be
+        # placed. (The head holds the driver and
         # the trial's coordinator; a real campaign loses worker nodes the same way.)
         say("t1 done")
         pool.submit(request(out_dir, "t2", NUM_STEPS_LONG))
-        deadline = time.monotonic() + 90
-        while not first_step_written(out_dir / "t2") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        report["step_seen_before_kill"] = first_step_written(out_dir / "t2")
+        report["ranks_running_at_kill"] = wait_until_ranks_run(out_dir / "t2", num_nodes=2, timeout_s=90)
         report["killed_node_id"] = worker.node_id
-        kill_node(cluster, worker)
+        report["killed"] = kill_node(cluster, worker, out_dir / "t2")
+        say(f"killed {report['killed']}")
         say("worker removed")
         report["replacement_node_id"] = cluster.add_node(**node).node_id
         attempts = []

@@ -15,8 +15,6 @@ placement group. The group is removed at the end of every attempt.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import time
 from typing import Any
@@ -49,17 +47,18 @@ class _NodeActor:
         return run_process_trial(req)
 
     def cancel(self) -> int:
-        """Kill the trial's process tree (the launcher starts it in its own session)."""
+        """Kill the trial's whole process tree: the launcher starts the job in a session of
+        its own and torchrun starts each worker in another, so every descendant is signalled,
+        not just the job's process group."""
         import psutil
 
-        killed = 0
-        for child in psutil.Process().children():
+        doomed = psutil.Process().children(recursive=True)
+        for proc in doomed:
             try:
-                os.killpg(child.pid, signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            except psutil.NoSuchProcess:
                 pass
-        return killed
+        return len(doomed)
 
 
 class PlacementSettings:
