@@ -81,7 +81,8 @@ def wait_until_ranks_run(trial_dir: Path, num_nodes: int, timeout_s: float) -> b
 
 
 def kill_orphans(out_dir: Path) -> int:
-    """Trial processes of a removed node outlive its raylet (they run in their own session)."""
+    """Kill any trial process still alive (they run in sessions of their own, so neither a
+    removed raylet nor a killed actor takes them along); the test expects none."""
     import psutil
 
     killed = 0
