@@ -11,8 +11,8 @@ from infrarsi.errors import InfrarsiError
 
 def add_parser(sub: Any) -> None:
     b = sub.add_parser("bank", help="the experience bank: list, show or forget past campaigns")
-    b.add_argument("--path", help="bank: a SQLite file or mlflow+<tracking URI> (default: INFRARSI_BANK, else bank.sqlite in the "
-                   "user's data folder)")
+    b.add_argument("--path", help="bank: a SQLite file or mlflow+<tracking URI> (default: INFRARSI_BANK, "
+                   "else bank.sqlite in the user's data folder)")
     b.add_argument("--json", action="store_true", help="print JSON")
     bsub = b.add_subparsers(dest="bank_command", required=True)
     bsub.add_parser("list", help="one line per recorded campaign")
