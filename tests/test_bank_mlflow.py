@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from infrarsi.bank import Bank, CampaignRecord, open_bank
+from infrarsi.cli import main
 from infrarsi.trial import Outcome, Role, TrialResult
 from prefect_server import free_port, stop
 
@@ -94,9 +95,16 @@ def write_read_forget(setting: str, tmp_path: Path) -> None:
     assert [r.id for r in store.records()] == ["far"]
 
 
-def test_the_bank_in_an_mlflow_sqlite_store(tmp_path):
+def test_the_bank_in_an_mlflow_sqlite_store(tmp_path, capsys):
     setting = f"mlflow+sqlite:///{tmp_path / 'mlflow.db'}"
     write_read_forget(setting, tmp_path)
+    capsys.readouterr()
+    assert main(["bank", "--path", setting, "--json", "list"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["far"]
+    assert main(["bank", "--path", setting, "show", "far"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["best"]["config"] == {"tp": 1, "dp": 4} and shown["outcomes"] == {"ok": 1, "oom": 1}
+    assert main(["bank", "--path", setting, "show", "near"]) == 2 and "no campaign 'near'" in capsys.readouterr().err
     assert (tmp_path / "mlartifacts").is_dir()  # artifacts next to the database, not in the cwd
 
 
