@@ -31,7 +31,7 @@ from infrarsi.knobs import Config, KnobSpace
 from infrarsi.priors import Priors, SettingPrior
 from infrarsi.trial import Outcome, TrialResult
 
-__all__ = ["Bank", "CampaignRecord", "default_path", "nearest", "open_bank", "record_campaign", "similarity"]
+__all__ = ["Bank", "CampaignRecord", "default_path", "nearest", "open_bank", "similarity"]
 
 OFF = "off"
 # Past campaigns a new one reads, and fastest ok configs taken from each.
