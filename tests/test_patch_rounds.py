@@ -50,7 +50,10 @@ def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c") -> 
     doctor = DoctorReport(
         baseline=rt.space.validate(contract.spec.baseline), trial_ids=(ref.trial_id,), step_time_s=ref.step_time_s,
         run_step_times_s=(ref.step_time_s,), noise_cv=0.05, within_run_cv=0.0, reference_losses=ref.losses,
-        loss_tolerance=contract.spec.contract.loss_tolerance, loss_tolerance_source="spec", calibration=(),
+        # A hand-made doctor without per-class references: one tolerance that holds fp32 and
+        # bf16 configs alike (the tiny flavour's bf16 drift is ~2e-5), as doctor had before
+        # the loss contract was calibrated per numerics class.
+        loss_tolerance=1e-3, loss_tolerance_source="test", calibration=(),
         peak_memory_bytes=ref.peak_memory_bytes, phases_s=dict(ref.phases_s), tokens_per_step=ref.tokens_per_step)
     adopt_doctor(rt, doctor)
     return rt, doctor
