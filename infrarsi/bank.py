@@ -1,18 +1,28 @@
 """The experience bank: every finished campaign, so the next one starts smarter.
 
-A SQLite file (default ``bank.sqlite`` in the infrarsi data folder:
-``$INFRARSI_DATA_DIR``, else ``~/.local/share/infrarsi``; ``INFRARSI_BANK`` or ``--bank``
-give another path, ``off`` turns it off). One row per campaign holds the hardware fingerprint and the
-workload's features (parameters, layers, sequence length, dense or MoE, tokens per step),
-the baseline and best configs, the proposer's posterior per-setting effects and prior
-revisions; every trial (config, outcome, step time, peak memory) and every patch decision
-(accepted or refused, with its measured effect) have their own tables.
+Two stores behind one interface (``BankStore``): ``add``, ``forget``, ``list``, ``get`` and
+``records``, and a ``location`` that names the store.
 
-A new campaign reads it (``nearest``): past campaigns weighted by how similar their
-hardware and workload are (``similarity``) give start configs (their fastest ok configs,
-projected onto the new knob space) and per-setting priors (their posterior effects, with
-the spread widened as similarity falls). Campaigns are recorded at the end of the apply
-stage (``record_campaign``).
+- ``Bank``, a SQLite file (the default: ``bank.sqlite`` in the infrarsi data folder,
+  ``$INFRARSI_DATA_DIR``, else ``~/.local/share/infrarsi``). One row per campaign holds the
+  hardware fingerprint and the workload's features (parameters, layers, sequence length,
+  dense or MoE, tokens per step), the baseline and best configs, the proposer's posterior
+  per-setting effects and prior revisions; every trial (config, outcome, step time, peak
+  memory) and every patch decision (accepted or refused, with its measured effect) have
+  their own tables.
+- ``infrarsi.adapters.mlflow_bank.MlflowBank``, an MLflow tracking store a team shares: one
+  run per campaign in the experiment ``infrarsi-bank``, the features as tags, the same
+  record as a JSON artifact (``record_to_json``).
+
+``open_bank`` picks one from a setting (``--bank`` / ``INFRARSI_BANK``): ``off``, a file
+path, or ``mlflow+`` followed by an MLflow tracking URI (``mlflow+http://host:5000``,
+``mlflow+sqlite:///path/mlflow.db``).
+
+A new campaign reads it (``nearest_records``, then ``nearest``): past campaigns weighted by
+how similar their hardware and workload are (``similarity``) give start configs (their
+fastest ok configs, projected onto the new knob space) and per-setting priors (their
+posterior effects, with the spread widened as similarity falls). Campaigns are recorded at
+the end of the apply stage (``record_campaign``).
 """
 
 from __future__ import annotations
@@ -24,16 +34,18 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol
 
 from infrarsi.errors import InfrarsiError
 from infrarsi.knobs import Config, KnobSpace
 from infrarsi.priors import Priors, SettingPrior
 from infrarsi.trial import Outcome, TrialResult
 
-__all__ = ["Bank", "CampaignRecord", "default_path", "nearest", "open_bank", "record_campaign", "similarity"]
+__all__ = ["MLFLOW_PREFIX", "Bank", "BankStore", "CampaignRecord", "default_path", "nearest", "nearest_records",
+           "open_bank", "record_from_json", "record_to_json", "similarity"]
 
 OFF = "off"
+MLFLOW_PREFIX = "mlflow+"  # "mlflow+<tracking URI>" selects the MLflow store
 # Past campaigns a new one reads, and fastest ok configs taken from each.
 NUM_NEAREST = 3
 CONFIGS_PER_CAMPAIGN = 2
@@ -86,12 +98,39 @@ class CampaignRecord:
         return min(ok, key=lambda r: r.step_time_s) if ok else None
 
 
+class BankStore(Protocol):
+    """What every bank store offers; ``location`` names it (a path or a URI)."""
+
+    @property
+    def location(self) -> str: ...
+
+    def add(self, rec: CampaignRecord) -> None:
+        """Store (or replace) one campaign."""
+
+    def forget(self, campaign_id: str) -> bool:
+        """Remove one campaign; False when it was not there."""
+
+    def list(self) -> list[dict[str, Any]]:
+        """One summary row per campaign, newest first: id, recorded_at, name, backend,
+        hardware, workload, baseline_step_time_s, best_step_time_s, num_trials."""
+
+    def get(self, campaign_id: str) -> CampaignRecord | None: ...
+
+    def records(self) -> list[CampaignRecord]: ...
+
+
 class Bank:
+    """The SQLite store (``BankStore``)."""
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(_SCHEMA)
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -166,12 +205,42 @@ def _j(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def open_bank(setting: str | Path | None) -> Bank | None:
-    """The bank ``setting`` names: a path, ``"off"`` (None), or None for ``INFRARSI_BANK``
-    or else the default path."""
+def record_to_json(rec: CampaignRecord) -> dict[str, Any]:
+    """The fields the SQLite store keeps, as plain JSON (what the MLflow store logs)."""
+    best = rec.best
+    return json.loads(_j({
+        "id": rec.id, "name": rec.name, "backend": rec.backend, "proposer": rec.proposer,
+        "hardware": dict(rec.hardware), "workload": dict(rec.workload), "baseline": dict(rec.baseline),
+        "baseline_step_time_s": rec.baseline_step_time_s, "best_config": best.config if best else None,
+        "best_step_time_s": best.step_time_s if best else None, "promoted": rec.promoted,
+        "effects": list(rec.effects), "prior_revision": rec.prior_revision,
+        "trials": [{"trial_id": r.trial_id, "role": r.role.value, "config": dict(r.config),
+                    "outcome": r.outcome.value, "step_time_s": r.step_time_s,
+                    "peak_memory_bytes": r.peak_memory_bytes, "reason": r.reason} for r in rec.trials],
+        "patches": [{"name": p["name"], "source": p.get("source", ""), "accepted": bool(p.get("accepted")),
+                     "reason": p.get("reason"), "log_time_effect": p.get("log_time_effect"),
+                     "patch": p.get("patch")} for p in rec.patches]}))
+
+
+def record_from_json(d: Mapping[str, Any]) -> CampaignRecord:
+    return CampaignRecord(
+        id=d["id"], name=d["name"], backend=d["backend"], proposer=d["proposer"], hardware=d["hardware"],
+        workload=d["workload"], baseline=d["baseline"], baseline_step_time_s=d["baseline_step_time_s"],
+        promoted=d["promoted"], effects=tuple(d["effects"] or ()), prior_revision=d["prior_revision"],
+        trials=tuple(TrialResult.from_json({**t, "reason": t["reason"] or ""}) for t in d["trials"]),
+        patches=tuple(dict(p) for p in d["patches"]))
+
+
+def open_bank(setting: str | Path | None) -> BankStore | None:
+    """The bank ``setting`` names: ``"off"`` (None), ``mlflow+<tracking URI>`` (the MLflow
+    store), a SQLite path, or None for ``INFRARSI_BANK`` or else the default path."""
     setting = setting if setting is not None else os.environ.get("INFRARSI_BANK")
     if setting is not None and str(setting).lower() == OFF:
         return None
+    if setting is not None and str(setting).startswith(MLFLOW_PREFIX):
+        from infrarsi.adapters.mlflow_bank import MlflowBank
+
+        return MlflowBank(str(setting).removeprefix(MLFLOW_PREFIX))
     return Bank(setting if setting is not None else default_path())
 
 
@@ -222,6 +291,15 @@ class Experience:
     configs: tuple[Config, ...]
     priors: Priors | None
     used: tuple[dict, ...]  # the campaigns read: id, name, distance, weight
+
+
+def nearest_records(store: BankStore, *, hardware: Mapping[str, Any], workload: Mapping[str, Any],
+                    exclude: str | None = None) -> list[CampaignRecord]:
+    """The ``NUM_NEAREST`` campaigns ``nearest`` would rank first, ranked from ``list`` rows
+    so only those are read in full."""
+    ranked = sorted(((distance(hardware, workload, r["hardware"], r["workload"]), r["id"]) for r in store.list()
+                     if r["id"] != exclude))[:NUM_NEAREST]
+    return [r for r in (store.get(cid) for _, cid in ranked) if r is not None]
 
 
 def nearest(records: Iterable[CampaignRecord], *, hardware: Mapping[str, Any], workload: Mapping[str, Any],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from infrarsi.bank import Bank, CampaignRecord, Experience, nearest
+from infrarsi.bank import BankStore, CampaignRecord, Experience, nearest, nearest_records
 from infrarsi.contract import Contract
 from infrarsi.ledger import Ledger
 from infrarsi.trial import Outcome, Role, TrialResult
@@ -44,10 +44,11 @@ def campaign_features(contract: Contract, trials: list[TrialResult]) -> tuple[di
     return hw, wl
 
 
-def experience_for(bank: Bank, rt: Any) -> Experience:
+def experience_for(bank: BankStore, rt: Any) -> Experience:
     """What the bank's nearest past campaigns offer the campaign of runtime ``rt``."""
     hw, wl = campaign_features(rt.contract, rt.ledger.trials())
-    return nearest(bank.records(), hardware=hw, workload=wl, space=rt.space,
+    past = nearest_records(bank, hardware=hw, workload=wl, exclude=rt.contract.campaign_id)
+    return nearest(past, hardware=hw, workload=wl, space=rt.space,
                    baseline=rt.space.validate(rt.spec.baseline), exclude=rt.contract.campaign_id)
 
 
@@ -102,7 +103,7 @@ def campaign_record(cdir: CampaignDir) -> CampaignRecord:
         prior_revision=describe.get("prior_revision"), promoted=promoted, patches=tuple(patches))
 
 
-def record_campaign(bank: Bank | None, cdir: CampaignDir) -> str | None:
+def record_campaign(bank: BankStore | None, cdir: CampaignDir) -> str | None:
     """Store the finished campaign of ``cdir``; its id, or None with the bank off."""
     if bank is None:
         return None

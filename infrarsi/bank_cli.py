@@ -11,7 +11,8 @@ from infrarsi.errors import InfrarsiError
 
 def add_parser(sub: Any) -> None:
     b = sub.add_parser("bank", help="the experience bank: list, show or forget past campaigns")
-    b.add_argument("--path", help="bank file (default: INFRARSI_BANK or the user's data folder)")
+    b.add_argument("--path", help="bank: a SQLite file or mlflow+<tracking URI> (default: INFRARSI_BANK, "
+                   "else bank.sqlite in the user's data folder)")
     b.add_argument("--json", action="store_true", help="print JSON")
     bsub = b.add_subparsers(dest="bank_command", required=True)
     bsub.add_parser("list", help="one line per recorded campaign")
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     bank = open_bank(args.path)
     if bank is None:
-        raise InfrarsiError("the experience bank is off (INFRARSI_BANK=off); pass --path FILE")
+        raise InfrarsiError("the experience bank is off (INFRARSI_BANK=off); pass --path FILE or --path mlflow+URI")
     if args.bank_command == "list":
         rows = bank.list()
         if args.json:
@@ -40,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['id']}  {r['backend']}  {r['num_trials']} trials  best "
                   f"{best if best is None else f'{best:.4f} s'}  [{_features(r['hardware'])}] [{_features(r['workload'])}]")
         if not rows and not args.json:
-            print(f"{bank.path}: no campaigns recorded")
+            print(f"{bank.location}: no campaigns recorded")
         return 0
     rec = bank.get(args.campaign_id)
     if rec is None:
-        raise InfrarsiError(f"{bank.path}: no campaign {args.campaign_id!r}; `infrarsi bank list` shows the ids")
+        raise InfrarsiError(f"{bank.location}: no campaign {args.campaign_id!r}; `infrarsi bank list` shows the ids")
     if args.bank_command == "forget":
         bank.forget(rec.id)
         print(f"forgot {rec.id}")

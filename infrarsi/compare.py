@@ -34,7 +34,8 @@ def campaign_row(run: dict[str, Any]) -> dict[str, Any]:
         "best_step_time_s": metrics.get("best_step_time_s"),
         "verified_speedup": metrics.get("verified_speedup"),
         "speedup_ci": [low, high] if low is not None and high is not None else None,
-        "mfu": {k: v for k, v in sorted(metrics.items()) if k.lower().startswith("mfu")} or None,
+        # The summary's baseline_mfu / promoted_mfu, as the parent run logs them.
+        "mfu": {k: v for k, v in sorted(metrics.items()) if "mfu" in k.lower().split("_")} or None,
         "trials_by_outcome": {k.removeprefix("trials/"): int(v) for k, v in sorted(metrics.items())
                               if k.startswith("trials/")},
         "failed_trial_seconds": metrics.get("failed_trial_seconds"),

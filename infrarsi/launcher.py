@@ -30,11 +30,11 @@ import psutil
 
 from infrarsi.contract import sha256_file
 from infrarsi.device_memory import DeviceMemoryGauge, DeviceMemoryUnavailable, open_nvml_gauge
-from infrarsi.knobs import Config, KnobSpace
+from infrarsi.knobs import Config
 from infrarsi.job_output import JobOutput
 from infrarsi.metrics_events import RecordedEvents
 from infrarsi.reporter import METRICS_FILE_ENV
-from infrarsi.spec import CampaignSpec, MetricsSpec
+from infrarsi.spec import MetricsSpec
 from infrarsi.trial import Outcome, Role, TrialResult, is_out_of_memory
 
 # Memory, CPU and timeout sampling. Not the clock: lines are stamped by reader threads.

@@ -59,8 +59,9 @@ class CampaignOptions(BaseModel):
                                description="Measure the baseline again even when doctor's result is cached.")
     bank: str | None = Field(
         default=None, max_length=4096,
-        description="Experience bank: a SQLite file to read past campaigns from and record this one in, or "
-                    "'off'. Empty: $INFRARSI_BANK, else bank.sqlite in the infrarsi data folder.")
+        description="Experience bank to read past campaigns from and record this one in: a SQLite file, "
+                    "mlflow+<tracking URI> (an MLflow store, e.g. mlflow+http://host:5000), or 'off'. Empty: "
+                    "$INFRARSI_BANK, else bank.sqlite in the infrarsi data folder.")
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> "CampaignOptions":

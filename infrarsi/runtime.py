@@ -29,7 +29,7 @@ class RuntimeSettings:
     tracking_uri: str | None = None  # "none": no MLflow (the ledger stays the record)
     in_process: bool = False  # trials one at a time from this process, without Ray
     concurrency: int | None = None
-    bank: str | None = None  # experience bank: a path, "off", or None for INFRARSI_BANK / the default
+    bank: str | None = None  # experience bank: a path, "mlflow+<URI>", "off", or None for INFRARSI_BANK / the default
     # Logged on the MLflow parent run over the spec's values: what this campaign actually used.
     parent_params: Mapping[str, Any] = field(default_factory=dict)
     on_result: Callable[[TrialResult], None] | None = field(default=None, repr=False)

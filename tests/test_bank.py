@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from infrarsi.bank import Bank, CampaignRecord, distance, nearest, open_bank, project
+from infrarsi.bank import Bank, CampaignRecord, distance, nearest, nearest_records, open_bank, project
 from infrarsi.bank_campaign import sim_features
 from infrarsi.cli import main
 from infrarsi.sim import sim_workload
@@ -88,6 +88,20 @@ def test_nearest_campaigns_give_start_configs_and_widened_priors():
     w_far = math.exp(-found.used[1]["distance"])
     assert prior.log_time_mean == pytest.approx((-0.2 + w_far * -1.0) / (1 + w_far))
     assert prior.source == "bank" and prior.log_time_std == pytest.approx(math.hypot(0.05, 0.0, 0.05))
+
+
+def test_nearest_records_reads_in_full_only_the_campaigns_nearest_ranks_first(tmp_path):
+    bank = Bank(tmp_path / "bank.sqlite")
+    gpus = ["h100-sxm-80gb", "a100-80gb", "l4"]
+    for i in range(6):  # six campaigns at distinct distances from (H100, DENSE)
+        hw = {**H100, "gpu": gpus[i % 3]}
+        bank.add(record(f"c{i}", hw, {**DENSE, "num_params": 9e9 * (1 + i)}, [trial(i, {"a": i}, step=0.5)]))
+    space = sim_workload("debug").space
+    base = dict(sim_workload("debug").baseline)
+    everything = nearest(bank.records(), hardware=H100, workload=DENSE, space=space, baseline=base, exclude="c0")
+    past = nearest_records(bank, hardware=H100, workload=DENSE, exclude="c0")
+    assert [r.id for r in past] == [u["id"] for u in everything.used] == ["c3", "c1", "c2"]
+    assert nearest(past, hardware=H100, workload=DENSE, space=space, baseline=base) == everything
 
 
 def test_bank_cli_lists_shows_and_forgets(tmp_path, capsys):

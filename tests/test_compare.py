@@ -66,3 +66,14 @@ def test_compare_without_a_store_says_what_to_do(tmp_path, capsys):
     assert main(["compare", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"]) == 2
     assert "run a campaign first" in capsys.readouterr().err
     assert not (tmp_path / "none.db").exists()
+
+
+def test_a_campaigns_mfu_metrics_reach_its_row():
+    from infrarsi.compare import _fmt, campaign_row
+
+    run = {"run_id": "r1", "run_name": "c1", "status": "FINISHED", "params": {"proposer": "engine"},
+           "tags": {"infrarsi.campaign_id": "c1"},
+           "metrics": {"baseline_mfu": 0.029, "promoted_mfu": 0.378, "verified_speedup": 13.0}}
+    row = campaign_row(run)
+    assert row["mfu"] == {"baseline_mfu": 0.029, "promoted_mfu": 0.378}
+    assert _fmt("mfu", row["mfu"]) == "baseline_mfu 2.9%, promoted_mfu 37.8%"

@@ -1,6 +1,5 @@
 """The process backend on real processes: every way a trial can end is classified."""
 
-import os
 import subprocess
 import sys
 import time

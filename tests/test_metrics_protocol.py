@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.errors import ContractError, SpecError
+from infrarsi.inprocess_pool import InProcessPool
 from infrarsi.launcher import TrialRequest, run_process_trial
 from infrarsi.metrics_events import explain_baseline_failure
 from infrarsi.spec import parse_spec
@@ -122,7 +123,7 @@ def test_doctor_stops_on_a_baseline_that_prints_no_metric_lines(tmp_path):
         "[budget]", "trial_timeout_s = 30", ""]))
     contract, cdir = init_campaign(spec, tmp_path / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri=f"file://{tmp_path / 'mlruns'}"))
-    rt._pool = _InlinePool()
+    rt._pool = InProcessPool()
     try:
         with pytest.raises(ContractError, match=r"(?s)the baseline produced no metric lines in doctor.*"
                                                 r"metrics protocol.*log adapter"):
@@ -130,10 +131,3 @@ def test_doctor_stops_on_a_baseline_that_prints_no_metric_lines(tmp_path):
     finally:
         rt.close()
 
-
-class _InlinePool:
-    def run_one(self, req):
-        return [run_process_trial(req)]
-
-    def close(self):
-        pass

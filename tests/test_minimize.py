@@ -7,7 +7,6 @@ import json
 import shutil
 from pathlib import Path
 
-import git
 import pytest
 
 from infrarsi.report import render_markdown, summarize

@@ -18,6 +18,7 @@ from tests.llm_server import Reply, running_server  # noqa: E402
 from infrarsi.ledger import Ledger  # noqa: E402
 from infrarsi.patch_sources import BuiltinPatchSource, PatchContext, gate  # noqa: E402
 from infrarsi.patches import builtin_patches, make_diff  # noqa: E402
+from infrarsi.inprocess_pool import InProcessPool  # noqa: E402
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages import patching  # noqa: E402
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor  # noqa: E402
@@ -30,31 +31,8 @@ from infrarsi.testing import GPT_DIR  # noqa: E402
 from infrarsi.trial import Outcome, Role  # noqa: E402
 from infrarsi.checks import enforce  # noqa: E402
 
-from tests.adversarial.test_adversarial import InlinePool, reference_run, write_spec  # noqa: E402
+from tests.adversarial.test_adversarial import reference_run, write_spec  # noqa: E402
 
-
-class QueuePool(InlinePool):
-    """InlinePool with the submit / wait / free-slots side the search loop uses."""
-
-    num_slots = 1
-
-    def __init__(self) -> None:
-        self._queue: list = []
-
-    @property
-    def free_slots(self) -> int:
-        return 0 if self._queue else 1
-
-    @property
-    def busy(self) -> bool:
-        return bool(self._queue)
-
-    def submit(self, req) -> None:
-        self._queue.append(req)
-
-    def wait(self) -> list:
-        req, self._queue = self._queue[0], self._queue[1:]
-        return self.run_one(req)
 
 
 def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c") -> tuple[CampaignRuntime, DoctorReport]:
@@ -68,11 +46,14 @@ def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c") -> 
     spec.write_text(text)
     contract, cdir = init_campaign(spec, tmp / "out", campaign_id=name)
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(bank="off"))
-    rt._pool = QueuePool()
+    rt._pool = InProcessPool()
     doctor = DoctorReport(
         baseline=rt.space.validate(contract.spec.baseline), trial_ids=(ref.trial_id,), step_time_s=ref.step_time_s,
         run_step_times_s=(ref.step_time_s,), noise_cv=0.05, within_run_cv=0.0, reference_losses=ref.losses,
-        loss_tolerance=contract.spec.contract.loss_tolerance, loss_tolerance_source="spec", calibration=(),
+        # A hand-made doctor without per-class references: one tolerance that holds fp32 and
+        # bf16 configs alike (the tiny flavour's bf16 drift is ~2e-5), as doctor had before
+        # the loss contract was calibrated per numerics class.
+        loss_tolerance=1e-3, loss_tolerance_source="test", calibration=(),
         peak_memory_bytes=ref.peak_memory_bytes, phases_s=dict(ref.phases_s), tokens_per_step=ref.tokens_per_step)
     adopt_doctor(rt, doctor)
     return rt, doctor

@@ -9,7 +9,7 @@ import pytest
 from infrarsi.testing import GPT_DIR
 from infrarsi.adapters.git_branch import check_patches_apply, patch_worktree, snapshot, stage_branch
 from infrarsi.errors import PatchError, SpecError
-from infrarsi.patches import BUILTIN_DIR, Patch, check_scope, load_patches, make_diff, require_in_scope
+from infrarsi.patches import Patch, check_scope, load_patches, make_diff, require_in_scope
 from infrarsi.spec import parse_spec
 
 EDITABLE, LOCKED = ["model.py", "train.py"], ["data.py", "metrics.py", "flavours.py"]

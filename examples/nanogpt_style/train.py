@@ -16,7 +16,6 @@ splits it into micro-batches, so a different split trains on the same sequences.
 """
 
 import ast
-import os
 import sys
 import time
 from contextlib import nullcontext

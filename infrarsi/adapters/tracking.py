@@ -1,7 +1,8 @@
 """MLflow tracking: a campaign is a parent run, every trial attempt (OOMs included) a child.
 
-This is the only module in infrarsi that talks to MLflow. It uses ``MlflowClient`` with
-explicit run ids (no global active run), so one ``Tracker`` may be shared by threads.
+With ``mlflow_bank`` (the experience bank's MLflow store), the only modules in infrarsi
+that talk to MLflow. It uses ``MlflowClient`` with explicit run ids (no global active run),
+so one ``Tracker`` may be shared by threads.
 
 MLflow is for people; the ledger is the record. So an unreachable store never stops a
 campaign: a call that fails with a store, network or database error is appended to a

@@ -178,7 +178,7 @@ def search_experience(rt: CampaignRuntime) -> tuple[tuple[Config, ...], Any]:
         return (), None
     found = experience_for(store, rt)
     if found.used:
-        rt.ledger.append("experience", {"bank": str(store.path), "campaigns": list(found.used),
+        rt.ledger.append("experience", {"bank": store.location, "campaigns": list(found.used),
                                         "configs": [dict(c) for c in found.configs],
                                         "num_priors": len(found.priors.settings) if found.priors else 0})
     return found.configs, found.priors

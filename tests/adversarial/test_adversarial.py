@@ -23,6 +23,7 @@ from adversarial_cheats import TRAIN_CHEATS, replay_cheat, scope_cheat, train_ch
 from infrarsi.testing import GPT_DIR
 from infrarsi.checks import enforce
 from infrarsi.errors import PatchError, SpecError
+from infrarsi.inprocess_pool import InProcessPool
 from infrarsi.launcher import TrialRequest, run_process_trial
 from infrarsi.ledger import Ledger
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
@@ -36,16 +37,6 @@ from infrarsi.trial import Outcome, Role
 ARGV = ["train.py", "--flavour", "tiny", "--seq-len", "{seq_len}", "--global-batch-tokens",
         "{global_batch_tokens}", "--steps", "{num_steps}", "--seed", "{seed}", "--threads", "1"]
 
-
-class InlinePool:
-    """Runs each trial in this process's thread, one at a time (no Ray: the suite is about
-    what the checks decide, not about scheduling)."""
-
-    def run_one(self, req: TrialRequest) -> list:
-        return [run_process_trial(req)]
-
-    def close(self) -> None:
-        pass
 
 
 KNOBS = ('[knobs.micro_batch]\nvalues = [4, 8]\nflag = "--micro-batch"\n'
@@ -96,7 +87,7 @@ def arena(tmp_path_factory):
     contract, cdir = init_campaign(write_spec(tmp, ["cached_causal_mask", "checkpoint_lm_head", *refs]),
                                    tmp / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings())
-    rt._pool = InlinePool()
+    rt._pool = InProcessPool()
     baseline = rt.space.validate(contract.spec.baseline)
     doctor = run_doctor(rt)  # the tolerances a default campaign calibrates
     results = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from infrarsi.launcher import TrialRequest, run_process_trial
+from infrarsi.inprocess_pool import InProcessPool
 from infrarsi.patches import make_diff
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from infrarsi.stages.init import init_campaign
@@ -30,15 +30,6 @@ CHEATS: dict[str, tuple[list[tuple[str, str]], str]] = {
                       "train a narrower model"),
 }
 
-
-class InlinePool:
-    """Each trial in this process's thread, one at a time (no Ray: the checks are the subject)."""
-
-    def run_one(self, req: TrialRequest) -> list:
-        return [run_process_trial(req)]
-
-    def close(self) -> None:
-        pass
 
 
 def cheat_patch(root: Path, name: str) -> str:
@@ -82,5 +73,5 @@ def write_spec(tmp: Path, signal: str, patches: list[str] = (), *, window: int =
 def runtime(tmp: Path, signal: str, patches: list[str] = (), **kw) -> CampaignRuntime:
     contract, cdir = init_campaign(write_spec(tmp, signal, patches, **kw), tmp / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings())
-    rt._pool = InlinePool()
+    rt._pool = InProcessPool()
     return rt
