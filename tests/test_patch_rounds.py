@@ -104,6 +104,21 @@ def test_every_builtin_patch_applies_and_stays_in_scope(tmp_path, ref):
     assert gate(accepted[0], rt.contract, accepted, set()).reason == "patch 'cached_causal_mask' was proposed before"
 
 
+def test_two_conflicting_patches_accepted_in_one_round_are_measured_apart(tmp_path, ref):
+    # The built-in spec's baseline sits near its capacity: both LM-head memory savers are
+    # proposed in the first round, and they cannot be on together.
+    rt, doctor = campaign(tmp_path, ref)
+    pressed = doctor.__class__(**{**doctor.__dict__, "peak_memory_bytes": int(rt.spec.device.memory_capacity * 0.9),
+                                  "phases_s": {"optimizer_s": 1.0}})
+    queued = patching.patch_round(rt, pressed, [], why="after doctor")
+    [round_] = events(rt, "patch_round")
+    assert {"checkpoint_lm_head", "chunked_cross_entropy"} <= set(round_["accepted"])
+    assert len(queued) == len(round_["accepted"])
+    for cfg, name in zip(queued, round_["accepted"]):  # every knob set, only its own patch on
+        assert set(cfg) == set(rt.space.names)
+        assert [k for k, v in cfg.items() if k.startswith("patch_") and v] == [f"patch_{name}"]
+
+
 def test_a_default_campaign_proposes_gates_and_measures_a_builtin_patch(tmp_path, ref):
     rt, doctor = campaign(tmp_path, ref)
     out = run_search(rt, doctor, proposer_name="random", num_trials=2)

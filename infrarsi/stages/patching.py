@@ -103,12 +103,12 @@ def patch_round(rt: CampaignRuntime, doctor: DoctorReport, trials: list[TrialRes
                                                 "why_asked": why})
             _grow(rt, add=patch, conflicts=verdict.conflicts)
             accepted_names.append(patch.name)
-            cfg = measurement_config(patch, ctx, rt.spec.baseline)
-            # Patch knobs added after the best trial ran were off in it.
-            measure.append({n: cfg.get(n, False) for n in rt.space.names})
+            measure.append(measurement_config(patch, ctx, rt.spec.baseline))
     rt.ledger.append("patch_round", {"why": why, "accepted": accepted_names,
                                      "phases_s": dict(doctor.phases_s)})
-    return [cfg for cfg in measure if rt.space.is_feasible(cfg)]
+    # Patch knobs added after the best trial ran (in this round too) were off in it.
+    padded = [{n: cfg.get(n, False) for n in rt.space.names} for cfg in measure]
+    return [cfg for cfg in padded if rt.space.is_feasible(cfg)]
 
 
 def retire_violators(rt: CampaignRuntime, result: TrialResult) -> bool:
