@@ -31,7 +31,8 @@ def campaign(tmp_path_factory, ray_session, prefect_harness):
 def test_every_search_config_was_tried_and_recorded_in_the_ledger(campaign):
     summary, cdir, _ = campaign
     trials = Ledger(cdir.ledger).trials()
-    search = [t for t in trials if t.role.value == "search"]
+    # final attempts: a timing taken while another process loaded the machine is re-taken
+    search = [t for t in trials if t.role.value == "search" and not t.extra.get("retried")]
     assert len(search) == 7 == summary["num_search_trials"]
     assert {t.role.value for t in trials} >= {"doctor", "calibrate", "search", "verify", "verify_baseline"}
     assert sum(summary["trials_by_outcome"].values()) == len(trials)

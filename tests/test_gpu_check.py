@@ -97,6 +97,9 @@ num_trials = 1
 doctor_repeats = 3
 num_finalists = 1
 verify_pairs = 2
+
+[search]
+patch_rounds = 0  # the one search trial is micro-batch 8, not a patch measurement
 """
 
 
