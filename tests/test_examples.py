@@ -72,7 +72,8 @@ def test_a_nanogpt_style_script_is_tuned_through_its_own_log(tmp_path, ray_sessi
     assert all(len(t.eval_losses) == 2 for t in trials if t.outcome.value == "ok")
     doctor = json.loads(cdir.doctor.read_text())
     splits = [row for row in doctor["calibration"] if isinstance(row["config"], dict)]
-    assert [row["outcome"] for row in splits] == ["ok", "ok"]
+    # the two splits, in fp32 and again in bf16 (the class doctor calibrates the dtype knob in)
+    assert len(splits) >= 2 and all(row["outcome"] == "ok" for row in splits)
 
 
 @pytest.mark.slow

@@ -46,9 +46,10 @@ def test_sigkill_then_resume_finishes_without_losing_or_rerunning_trials(tmp_pat
     summary = json.loads(output.strip().splitlines()[-1])
     after = Ledger(ledger).trials()
     assert after[:len(before)] == before  # nothing recorded was lost or rewritten
-    search = [t for t in after if t.role.value == "search"]
+    # final attempts: a timing taken while another process loaded the machine is re-taken
+    search = [t for t in after if t.role.value == "search" and not t.extra.get("retried")]
     assert len(search) == 6 == summary["num_search_trials"]
     keys = [tuple(sorted(t.config.items())) for t in search]
     assert len(set(keys)) == len(keys), "a completed search config was run again"
-    assert len({t.trial_id for t in after}) == len(after)
+    assert len({(t.trial_id, t.attempt) for t in after}) == len(after)
     assert Path(summary["report"]).exists()

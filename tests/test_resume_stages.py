@@ -42,6 +42,7 @@ concurrency = 2
 max_remeasures = 0
 [budget]
 num_trials = 24
+doctor_max_repeats = 3
 num_finalists = 1
 verify_pairs = 2
 [search]
