@@ -151,11 +151,17 @@ def inert_knobs(rt: CampaignRuntime, doctor: DoctorReport) -> dict[str, Value]:
     return out
 
 
+def full_baseline(rt: CampaignRuntime, doctor: DoctorReport) -> dict[str, Value]:
+    """Doctor's baseline with every knob of the space: a patch proposed during the run is
+    a knob doctor never saw, and the baseline runs without it."""
+    return {**{n: False for n in rt.space.names}, **doctor.baseline}
+
+
 def _leave_one_out(rt: CampaignRuntime, doctor: DoctorReport, replay: _Replay, winner: Verdict,
                    changes: dict[str, Value], steps: float | None, floor: float
                    ) -> tuple[list[Contribution], dict[str, list]]:
     """Each change's contribution, and per config key the runs measured (for the verdicts)."""
-    base, inert = doctor.baseline, inert_knobs(rt, doctor)
+    base, inert = full_baseline(rt, doctor), inert_knobs(rt, doctor)
     alone = {k: {**winner.config, k: base[k]} for k in changes}
     coupled = {k: rt.space.violated(cfg) for k, cfg in alone.items()}
     testable = [k for k in changes if not coupled[k]]
@@ -241,7 +247,8 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     winner, floor = verification.promoted, verification.noise_floor
     steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
     replay = _Replay(rt)
-    changes = {k: v for k, v in (winner.config.items() if winner else ()) if doctor.baseline.get(k) != v}
+    base = full_baseline(rt, doctor)
+    changes = {k: v for k, v in (winner.config.items() if winner else ()) if base[k] != v}
     contributions: list[Contribution] = []
     minimal, dropped = None, ()
     if winner is None:
@@ -251,7 +258,7 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     elif len(changes) == 1:
         note = "one change: its contribution is the verified speedup"
         (k, v), = changes.items()
-        contributions = [Contribution(knob=k, baseline_value=doctor.baseline[k], value=v, contribution=winner.speedup,
+        contributions = [Contribution(knob=k, baseline_value=base[k], value=v, contribution=winner.speedup,
                                       ci_low=winner.ci_low, ci_high=winner.ci_high,
                                       step_contribution=winner.step_speedup, pairs=winner.pairs,
                                       note="its verification against the baseline")]
