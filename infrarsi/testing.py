@@ -79,10 +79,11 @@ def knob_space(knobs: dict[str, list]) -> KnobSpace:
 def tiny_spec(tmp: Path, *, capacity_bytes: int, num_trials: int, proposer: str = "random",
               verify_pairs: int = 3, knobs: dict[str, list] | None = None, seed: int = 0,
               num_finalists: int = 1, name: str = "tiny.toml", minimize_pairs: int = 0,
-              doctor_max_repeats: int = 3) -> Path:
+              doctor_max_repeats: int = 3, patch_rounds: int | None = None) -> Path:
     """A campaign on the tiny flavour whose baseline is the first value of every knob; with
     ``oom_capacity``, micro-batch 64 fits only with savers, if at all. Minimization and
-    doctor's extra repeats are off unless asked for (they cost trials a test rarely needs)."""
+    doctor's extra repeats are off unless asked for (they cost trials a test rarely needs);
+    ``patch_rounds`` None keeps the spec's default (the built-in patches join the space)."""
     knobs = knobs or SMALL_KNOBS
     baseline = ", ".join(f"{k} = {json.dumps(v[0])}" for k, v in knobs.items())
     lines = [
@@ -105,6 +106,8 @@ def tiny_spec(tmp: Path, *, capacity_bytes: int, num_trials: int, proposer: str 
         f"doctor_max_repeats = {doctor_max_repeats}",
         "[search]", f'proposer = "{proposer}"', f"seed = {seed}",
     ]
+    if patch_rounds is not None:
+        lines.append(f"patch_rounds = {patch_rounds}")
     path = tmp / name
     path.write_text("\n".join(lines) + "\n")
     return path
