@@ -147,3 +147,34 @@ def test_a_per_step_winner_that_loses_end_to_end_is_not_promoted(tmp_path, ray_s
     assert verdict.step_speedup > 1.5 and verdict.speedup < 1 and not verdict.promoted
     assert "start-up is not repaid" in verdict.reason
     assert final.promoted is None
+
+
+def test_a_patch_proposed_during_the_run_is_left_out_like_a_knob(tmp_path, ray_session):
+    """A patch accepted after doctor is a knob doctor's baseline never had; the winner
+    carries it. Minimization measures the winner without it (the default campaign once
+    stopped here with a KeyError) and drops it: this patch only adds a comment."""
+    from infrarsi.patches import Patch, make_diff
+    from infrarsi.stages.patching import _grow
+
+    spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15]}, baseline={"sleep": 0.3}, minimize_pairs=2,
+                 doctor_max_repeats=3)
+    contract, cdir = init_campaign(spec, tmp_path / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings())
+    try:
+        doctor = run_doctor(rt)
+        source = (Path(contract.workdir) / "fake_workload.py").read_text()
+        _grow(rt, add=Patch(name="comment", title="a comment", files_touched=("fake_workload.py",),
+                            diff=make_diff("fake_workload.py", source, "# a comment\n" + source)))
+        winner = {"sleep": 0.15, "patch_comment": True}
+        finalist = TrialResult(trial_id="search", config=winner, role=Role.SEARCH, outcome=Outcome.OK,
+                               step_time_s=doctor.step_time_s / 2)
+        verification = run_verification(rt, doctor, [finalist])
+        final = run_minimize(rt, doctor, verification)
+    finally:
+        rt.close()
+    assert verification.promoted.config == winner
+    report = MinimizeReport.from_json(rt.cdir.read_json(rt.cdir.minimize))
+    by_knob = {c.knob: c for c in report.contributions}
+    assert by_knob["patch_comment"].baseline_value is False and not by_knob["patch_comment"].kept
+    assert by_knob["sleep"].kept and report.dropped == ("patch_comment",)
+    assert final.promoted.config == {"sleep": 0.15, "patch_comment": False}

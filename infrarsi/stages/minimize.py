@@ -181,8 +181,11 @@ def _leave_one_out(rt: CampaignRuntime, doctor: DoctorReport, replay: _Replay, w
             out.append(Contribution(**common, contribution=None, ci_low=None, ci_high=None, step_contribution=None,
                                     pairs=tuple(pairs), note=why))
             continue
-        pays = job[0] > 1.0 + floor or bool(failed)
-        note = ("" if pays else f"within the noise floor {floor:.3f}: does not pay" if job[0] >= 1.0 - floor
+        faster = job[0] > 1.0 + floor
+        pays = faster or bool(failed)
+        note = ("" if faster else
+                f"kept: {len(failed)} run(s) without it failed ({failed[0].outcome.value}: {failed[0].reason[:120]})"
+                if failed else f"within the noise floor {floor:.3f}: does not pay" if job[0] >= 1.0 - floor
                 else f"costs more than it saves: without it {1 / job[0]:.3f}x faster")
         out.append(Contribution(**common, contribution=job[0], ci_low=job[1], ci_high=job[2],
                                 step_contribution=step[0], pairs=tuple(pairs), kept=pays, note=note))
