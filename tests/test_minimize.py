@@ -15,7 +15,7 @@ from infrarsi.stages.apply import commit_message
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
 from infrarsi.stages.minimize import MinimizeReport, run_minimize
-from infrarsi.stages.verify import run_verification
+from infrarsi.stages.verify import VerificationReport, run_verification
 from infrarsi.trial import Outcome, Role, TrialResult
 
 FAKE = Path(__file__).parent / "fake_workload.py"
@@ -92,8 +92,10 @@ def test_minimization_resumes_from_the_ledger_without_running_again(noop_campaig
     (rt.cdir.minimize).unlink()
     before = len(rt.ledger.trials())
     rt2 = CampaignRuntime(rt.contract, rt.cdir, RuntimeSettings())
+    # as a resumed campaign does: the verdicts read back from verification.json
+    reloaded = VerificationReport.from_json(rt.cdir.read_json(rt.cdir.verification))
     try:
-        again = run_minimize(rt2, doctor, verification)
+        again = run_minimize(rt2, doctor, reloaded)
     finally:
         rt2.close()
     assert len(rt2.ledger.trials()) == before

@@ -175,7 +175,11 @@ def _leave_one_out(rt: CampaignRuntime, doctor: DoctorReport, replay: _Replay, w
                                     note=f"not left out alone: that breaks {coupled[k]}"))
             continue
         pairs, job, step = _ratio(by_key["winner"], by_key[k], steps)
-        failed = [b for _, b in by_key[k] if b.outcome is not Outcome.OK]
+        # A run without the change that failed where the winner's own run of the round did
+        # not: the change is what keeps the config running (or within the contract). A
+        # round whose winner run failed too says nothing about the change.
+        failed = [b for (_, w), (_, b) in zip(by_key["winner"], by_key[k])
+                  if w.outcome is Outcome.OK and b.outcome is not Outcome.OK]
         if job is None:
             why = f"without it: {failed[0].outcome.value} ({failed[0].reason[:120]})" if failed else "too few pairs"
             out.append(Contribution(**common, contribution=None, ci_low=None, ci_high=None, step_contribution=None,
@@ -251,7 +255,9 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
     replay = _Replay(rt)
     base = full_baseline(rt, doctor)
-    changes = {k: v for k, v in (winner.config.items() if winner else ()) if base[k] != v}
+    # In the space's knob order, never the verdict's key order: a resumed campaign reads the
+    # verdict back from JSON (keys sorted) and must ask for the recorded runs in their order.
+    changes = {k: winner.config[k] for k in rt.space.names if winner and k in winner.config and base[k] != winner.config[k]}
     contributions: list[Contribution] = []
     minimal, dropped = None, ()
     if winner is None:
@@ -268,6 +274,10 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     else:
         contributions, by_key = _leave_one_out(rt, doctor, replay, winner, changes, steps, floor)
         minimal, dropped, note = _choose(rt, doctor, replay, winner, contributions, by_key, steps, floor)
+        own = [w for _, w in by_key["winner"] if w.outcome is not Outcome.OK]
+        if own:
+            note += (f"; the winner itself failed {len(own)} of its {len(by_key['winner'])} runs here "
+                     f"({own[0].trial_id} {own[0].outcome.value}: {own[0].reason[:160]}), rounds not counted")
         contributions = [_settled(c, dropped) for c in contributions]
     final = _final(verification, winner, minimal, dropped)
     report = MinimizeReport(winner=dict(winner.config) if winner else {}, contributions=tuple(contributions),
