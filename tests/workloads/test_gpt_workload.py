@@ -219,3 +219,18 @@ def test_large_vocabulary_corpus_draws_the_same_tokens_as_numpy_choice():
     rng = np.random.default_rng([7, data._STRUCTURE_STREAM])
     assert np.array_equal(data._draw_successors(rng, popularity), expected)
     assert rng.random() == expected_next
+
+
+def test_cpu_peak_memory_is_the_job_s_own_not_its_launcher_s(tmp_path):
+    """Launched from a 1.5 GB process, the tiny trainer (a few hundred MB) reports its own
+    peak. ru_maxrss would report the launcher's 1.5 GB: Linux carries it across fork and
+    exec, which made a test campaign's capacity probe, run from a long pytest session,
+    measure ~1 GB for a job that peaks at ~0.55 GB, so its OOM never happened."""
+    fat = bytearray(1536 * 2**20)
+    fat[::4096] = b"\x01" * len(fat[::4096])  # touch every page: resident, not just reserved
+    metrics = tmp_path / "metrics.jsonl"
+    subprocess.run([sys.executable, TRAIN_SCRIPT, *BASELINE, "--steps", "2"], cwd=REPO_ROOT, check=True,
+                   env={**os.environ, "INFRARSI_METRICS_FILE": str(metrics)}, capture_output=True, timeout=300)
+    peaks = [e["peak_memory_bytes"] for e in map(json.loads, metrics.read_text().splitlines()) if e["event"] == "step"]
+    assert peaks and 50 * 2**20 < max(peaks) < 1024 * 2**20
+    del fat

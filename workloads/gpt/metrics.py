@@ -19,8 +19,10 @@ named by INFRARSI_METRICS_FILE (stdout when unset):
 - end.
 
 Peak memory is torch.cuda.max_memory_allocated() on CUDA and the process's peak
-resident set (ru_maxrss, Linux kilobytes) on CPU, the maximum over ranks; both are
-peaks since the process started, so each step reports the peak so far.
+resident set on CPU (VmHWM of /proc/self/status: the high-water mark of this program's
+own address space), the maximum over ranks; both are peaks since the process started, so
+each step reports the peak so far. Not ru_maxrss: Linux carries it over from the parent
+through fork and exec, so a job launched from a 1 GB process would report 1 GB.
 """
 
 import json
@@ -44,7 +46,14 @@ def peak_memory_bytes(device: torch.device) -> int:
     """This process's peak memory so far on `device`."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
 class MetricsWriter:
