@@ -62,10 +62,10 @@ class Patch:
             raise PatchError(f"patch name {self.name!r}: expected letters, digits, '_' or '-'; rename its folder")
         if not self.diff.strip():
             raise PatchError(f"patch {self.name!r}: patch.diff is empty; regenerate it (git diff)")
-        for field in ("expected_time_effect", "expected_memory_effect"):
-            if not getattr(self, field) > 0:
-                raise PatchError(f"patch {self.name!r}: {field} must be a positive multiplier, "
-                                 f"got {getattr(self, field)}")
+        for effect in ("expected_time_effect", "expected_memory_effect"):
+            if not getattr(self, effect) > 0:
+                raise PatchError(f"patch {self.name!r}: {effect} must be a positive multiplier, "
+                                 f"got {getattr(self, effect)}")
 
     @property
     def knob(self) -> str:
