@@ -22,7 +22,7 @@ def campaign(tmp_path_factory, ray_session, prefect_harness):
     capacity = oom_capacity(tmp)
     # Without patch rounds the space is the 8 knob settings, so the 7 random trials (drawn
     # without repeats) are every non-baseline setting, the micro-batch-64 OOM among them;
-    # patches joining the space made that a draw (CI's campaign missed it).
+    # with the built-in patches in the space (32 settings) reaching it would be a draw.
     spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=7, num_finalists=2, patch_rounds=0)
     from flows.campaign import campaign as campaign_flow
     from infrarsi.options import CampaignOptions

@@ -257,7 +257,8 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     base = full_baseline(rt, doctor)
     # In the space's knob order, never the verdict's key order: a resumed campaign reads the
     # verdict back from JSON (keys sorted) and must ask for the recorded runs in their order.
-    changes = {k: winner.config[k] for k in rt.space.names if winner and k in winner.config and base[k] != winner.config[k]}
+    config = dict(winner.config) if winner else {}
+    changes = {k: config[k] for k in rt.space.names if k in config and base[k] != config[k]}
     contributions: list[Contribution] = []
     minimal, dropped = None, ()
     if winner is None:
