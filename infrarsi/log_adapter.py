@@ -96,17 +96,18 @@ def _text(m: re.Match, group: str) -> str:
     return m.group(group).strip().replace(",", "")
 
 
-def _float(m: re.Match, group: str, where: str, line: str) -> float:
+def _number(m: re.Match, group: str, where: str, line: str, kind: type = float) -> Any:
     try:
-        return float(_text(m, group))
+        return kind(_text(m, group))
     except ValueError:
+        noun = "an integer" if kind is int else "a number"
         raise MetricsLineError(f"{where} matched the line {line[:200]!r}, but its group `{group}` captured "
-                               f"{m.group(group)!r}, which is not a number; fix the pattern") from None
+                               f"{m.group(group)!r}, which is not {noun}; fix the pattern") from None
+
+
+def _float(m: re.Match, group: str, where: str, line: str) -> float:
+    return _number(m, group, where, line, float)
 
 
 def _int(m: re.Match, group: str, where: str, line: str) -> int:
-    try:
-        return int(_text(m, group))
-    except ValueError:
-        raise MetricsLineError(f"{where} matched the line {line[:200]!r}, but its group `{group}` captured "
-                               f"{m.group(group)!r}, which is not an integer; fix the pattern") from None
+    return _number(m, group, where, line, int)

@@ -46,12 +46,15 @@ def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", ob
     return path
 
 
-def _campaign(tmp: Path, spec: Path, winner: dict):
-    """doctor -> verification of ``winner`` -> minimization; the runtime and its reports."""
+def _campaign(tmp: Path, spec: Path, winner: dict, after_doctor=None):
+    """doctor -> verification of ``winner`` -> minimization; the runtime and its reports.
+    ``after_doctor(rt)`` runs between doctor and verification (e.g. to grow the space)."""
     contract, cdir = init_campaign(spec, tmp / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings())
     try:
         doctor = run_doctor(rt)
+        if after_doctor:
+            after_doctor(rt)
         finalist = TrialResult(trial_id="search", config=winner, role=Role.SEARCH, outcome=Outcome.OK,
                                step_time_s=doctor.step_time_s / 2)
         verification = run_verification(rt, doctor, [finalist])
@@ -160,20 +163,14 @@ def test_a_patch_proposed_during_the_run_is_left_out_like_a_knob(tmp_path, ray_s
 
     spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15]}, baseline={"sleep": 0.3}, minimize_pairs=2,
                  doctor_max_repeats=3)
-    contract, cdir = init_campaign(spec, tmp_path / "out")
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings())
-    try:
-        doctor = run_doctor(rt)
-        source = (Path(contract.workdir) / "fake_workload.py").read_text()
+
+    def propose_patch(rt):
+        source = (Path(rt.contract.workdir) / "fake_workload.py").read_text()
         _grow(rt, add=Patch(name="comment", title="a comment", files_touched=("fake_workload.py",),
                             diff=make_diff("fake_workload.py", source, "# a comment\n" + source)))
-        winner = {"sleep": 0.15, "patch_comment": True}
-        finalist = TrialResult(trial_id="search", config=winner, role=Role.SEARCH, outcome=Outcome.OK,
-                               step_time_s=doctor.step_time_s / 2)
-        verification = run_verification(rt, doctor, [finalist])
-        final = run_minimize(rt, doctor, verification)
-    finally:
-        rt.close()
+
+    winner = {"sleep": 0.15, "patch_comment": True}
+    rt, _, verification, final = _campaign(tmp_path, spec, winner, after_doctor=propose_patch)
     assert verification.promoted.config == winner
     report = MinimizeReport.from_json(rt.cdir.read_json(rt.cdir.minimize))
     by_knob = {c.knob: c for c in report.contributions}
