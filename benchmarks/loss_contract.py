@@ -28,11 +28,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "adversarial"), str(ROOT / "test
 
 from adversarial_cheats import train_cheat  # noqa: E402
 from infrarsi.checks import enforce  # noqa: E402
+from infrarsi.inprocess_pool import InProcessPool  # noqa: E402
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages.doctor import run_doctor  # noqa: E402
 from infrarsi.stages.init import builtin_spec_path, init_campaign  # noqa: E402
 from infrarsi.trial import Outcome, Role  # noqa: E402
-from last_microbatch import CHEATS as JOB_CHEATS, HONEST, InlinePool, cheat_patch, runtime  # noqa: E402
+from last_microbatch import CHEATS as JOB_CHEATS, HONEST, cheat_patch, runtime  # noqa: E402
 
 # Held-out honest variants of the built-in job (none is a calibration variant).
 BUILTIN_HONEST = [
@@ -74,7 +75,7 @@ def builtin_runtime(tmp: Path, flavour: str) -> CampaignRuntime:
     path.write_text(_edited(spec_path.read_text(), edits))
     contract, cdir = init_campaign(path, tmp / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings())
-    rt._pool = InlinePool()
+    rt._pool = InProcessPool()
     return rt
 
 
