@@ -1,10 +1,13 @@
 """Error rates of the loss contract at the tolerances doctor calibrates.
 
 For each job: doctor runs as in a campaign (baseline repeats, the spec's calibration
-variants, a reference and honest splits per numerics class); then every honest variant
-(held out: none of them is a calibration variant) and every cheat runs once through the
-real path (patch worktree -> launcher -> ``checks.enforce``). The table counts honest
-variants rejected and cheats accepted; both must be 0.
+variants, a reference and honest splits per numerics class, at the contract seed and at
+``contract.calibration_seeds`` more); then every honest variant (held out: none of them
+is a calibration variant) and every cheat runs once through the real path (patch
+worktree -> launcher -> ``checks.enforce``), and every honest variant runs again at two
+canary seeds (the first verification round's, the third minimization round's), checked
+against its class's reference run at that seed as verification checks it. The table
+counts honest variants rejected and cheats accepted; both must be 0.
 
     python benchmarks/loss_contract.py                       # every job
     python benchmarks/loss_contract.py --jobs lastmb-eval    # one
@@ -29,9 +32,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "adversarial"), str(ROOT / "test
 from adversarial_cheats import train_cheat  # noqa: E402
 from infrarsi.checks import enforce  # noqa: E402
 from infrarsi.inprocess_pool import InProcessPool  # noqa: E402
+from infrarsi.loss_calibration import canary_loss_check, canary_split_runner  # noqa: E402
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages.doctor import run_doctor  # noqa: E402
 from infrarsi.stages.init import builtin_spec_path, init_campaign  # noqa: E402
+from infrarsi.stages.minimize import SEED_OFFSET  # noqa: E402
+from infrarsi.stages.verify import canary_seed  # noqa: E402
 from infrarsi.trial import Outcome, Role  # noqa: E402
 from last_microbatch import CHEATS as JOB_CHEATS, HONEST, cheat_patch, runtime  # noqa: E402
 
@@ -79,7 +85,8 @@ def builtin_runtime(tmp: Path, flavour: str) -> CampaignRuntime:
     return rt
 
 
-def measure(rt: CampaignRuntime, honest: list[dict], cheats: list[tuple[str, dict]]) -> dict:
+def measure(rt: CampaignRuntime, honest: list[dict], cheats: list[tuple[str, dict]],
+            canary_seeds: list[int] = ()) -> dict:
     doctor = run_doctor(rt)
     losses = doctor.loss_reference
     baseline = rt.space.validate(rt.spec.baseline)
@@ -92,6 +99,16 @@ def measure(rt: CampaignRuntime, honest: list[dict], cheats: list[tuple[str, dic
     for cfg in honest:
         r = run(cfg)
         rows.append({"kind": "honest", "config": cfg, "outcome": r.outcome.value, "reason": r.reason})
+    for seed in canary_seeds:  # each honest variant again, checked as verification checks it
+        contract = rt.spec.contract
+        a = rt.run_one(baseline, Role.VERIFY_BASELINE, seed=seed, check=lambda t: enforce(t, contract, None))
+        check = canary_loss_check(contract, losses, a, seed, [{**baseline, **c} for c in honest],
+                                  lambda cfg: rt.run_one(cfg, Role.VERIFY_BASELINE, seed=seed),
+                                  canary_split_runner(rt, seed))
+        for cfg in honest:
+            r = rt.run_one({**baseline, **cfg}, Role.VERIFY, seed=seed, check=check)
+            rows.append({"kind": "honest", "config": cfg, "seed": seed, "outcome": r.outcome.value,
+                         "reason": r.reason})
     for name, knobs in cheats:
         r = run({**knobs, f"patch_{name}": True})
         rows.append({"kind": "cheat", "config": {"patch": name, **knobs}, "outcome": r.outcome.value,
@@ -108,20 +125,27 @@ def measure(rt: CampaignRuntime, honest: list[dict], cheats: list[tuple[str, dic
 
 
 def job(name: str, tmp: Path, flavour: str) -> dict:
+    rt = (builtin_runtime(tmp, flavour) if name == "builtin"
+          else runtime(tmp, name.split("-", 1)[1], [cheat_patch(tmp / "cheats", c) for c in JOB_CHEATS]))
+    seed = rt.spec.contract.seed
+    # The first verification round's seed and the third minimization round's (where the
+    # default campaign saw honest runs rejected before doctor calibrated at more seeds).
+    canaries = [canary_seed(seed, 0), seed + SEED_OFFSET + 2]
     if name == "builtin":
-        return measure(builtin_runtime(tmp, flavour), BUILTIN_HONEST, BUILTIN_CHEATS)
-    signal = name.split("-", 1)[1]
-    rt = runtime(tmp, signal, [cheat_patch(tmp / "cheats", c) for c in JOB_CHEATS])
-    return measure(rt, JOB_HONEST, [(c, {}) for c in JOB_CHEATS])
+        return measure(rt, BUILTIN_HONEST, BUILTIN_CHEATS, canaries)
+    return measure(rt, JOB_HONEST, [(c, {}) for c in JOB_CHEATS], canaries)
 
 
 def table(results: dict[str, dict]) -> str:
-    lines = ["| job | signal | calibrated tolerance per numerics class | honest rejected | cheats accepted |",
-             "|---|---|---|---|---|"]
+    lines = ["| job | signal | calibrated tolerance per numerics class | honest rejected (contract seed; "
+             "canary seeds) | cheats accepted |", "|---|---|---|---|---|"]
     for name, r in results.items():
         tol = "; ".join(f"{k} {v:.2g}" for k, v in r["tolerances"].items())
-        lines.append(f"| {name} | {r['signal']} | {tol} | {r['honest_rejected']} of {r['honest']} | "
-                     f"{r['cheats_accepted']} of {r['cheats']} |")
+        at = {"contract": [x for x in r["rows"] if x["kind"] == "honest" and "seed" not in x],
+              "canary": [x for x in r["rows"] if x["kind"] == "honest" and "seed" in x]}
+        rejected = "; ".join(f"{sum(x['outcome'] == 'contract_violation' for x in xs)} of {len(xs)}"
+                             for xs in at.values())
+        lines.append(f"| {name} | {r['signal']} | {tol} | {rejected} | {r['cheats_accepted']} of {r['cheats']} |")
     return "\n".join(lines)
 
 
@@ -137,8 +161,8 @@ def main() -> int:
         for name in args.jobs.split(","):
             results[name] = job(name, Path(tmp) / name, args.flavour)
             for row in results[name]["rows"]:
-                print(f"{name} {row['kind']:6} {json.dumps(row['config'])} -> {row['outcome']} {row['reason'][:160]}",
-                      flush=True)
+                print(f"{name} {row['kind']:6} {json.dumps(row['config'])} seed {row.get('seed', 'contract')} -> "
+                      f"{row['outcome']} {row['reason'][:160]}", flush=True)
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

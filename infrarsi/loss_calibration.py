@@ -102,7 +102,7 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
     if contract.loss_tolerance is not None:
         classes = [dataclasses.replace(c, tolerance=contract.loss_tolerance) for c in classes]
     return LossContract(signal=signal, window=window, baseline=baseline, changing_knobs=knobs,
-                        classes=tuple(classes), warnings=tuple(warnings)), rows
+                        classes=tuple(classes), warnings=tuple(warnings), splits=tuple(v for v, _ in splits)), rows
 
 
 def _classes(rt: CampaignRuntime, baseline: Config, knobs: tuple[str, ...]) -> list[NumericsClass]:
@@ -173,17 +173,40 @@ def _check_claim(signal: str, window: int, splits: list[tuple[dict, float]]) -> 
 
 def canary_loss_check(contract: ContractSpec, loss_contract: LossContract, baseline_run: TrialResult, seed: int,
                       configs: list[Config], run_reference: Callable[[Config], TrialResult],
+                      run_split: Callable[[Config], TrialResult | None] | None = None,
                       ) -> Callable[[TrialResult], TrialResult]:
     """The loss check at a canary seed: each candidate against a run of its own numerics
     class's reference config at that seed (the baseline run for the baseline's numerics;
     the others run here with ``run_reference``, once per class among ``configs``), at the
-    class's tolerance. Verification and minimization both use it."""
+    class's tolerance. Verification and minimization both use it.
+
+    How far an honest change moves the loss depends on the seed: at one canary seed of the
+    built-in debug job a loss spike amplified the honest splits' fp32 deviation from ~5e-8
+    to 1.5e-5, five times the tolerance calibrated at the contract seed. So a candidate
+    whose loss breaks the class's tolerance is judged again at this seed's own honest
+    spread: doctor's honest splits run here in its class (``run_split``, once per class
+    and seed, only when needed) and the tolerance rises to ``TOLERANCE_MARGIN`` times their
+    largest deviation from the reference run, never below the calibrated one."""
     runs = {(): baseline_run}
     for cfg in configs:
         cls = loss_contract.class_of(cfg)
         ref = loss_contract.reference_of(cls)
         if cls not in runs and ref is not None and not ref.failure:
             runs[cls] = run_reference(loss_contract.reference_config(cls))
+    spread: dict[NumericsClass, tuple[float, list[str]]] = {}
+
+    def seed_spread(cls: NumericsClass, ref_run: TrialResult) -> tuple[float, list[str]]:
+        """The largest deviation of the honest splits at this seed, and their trial ids."""
+        if cls not in spread:
+            found, ids = [], []
+            for variant in loss_contract.splits if run_split else ():
+                cfg = {**loss_contract.reference_config(cls), **variant}
+                r = run_split(cfg)  # None where the split is infeasible in this class
+                ids += [r.trial_id] if r else []
+                if r and r.outcome is Outcome.OK:
+                    found.append(_score(ref_run, r, loss_contract.signal, loss_contract.window))
+            spread[cls] = max(found, default=0.0), ids
+        return spread[cls]
 
     def check(result: TrialResult) -> TrialResult:
         cls = loss_contract.class_of(result.config)
@@ -198,6 +221,27 @@ def canary_loss_check(contract: ContractSpec, loss_contract: LossContract, basel
         name = "the baseline" if not cls else f"the {describe(cls)} reference"
         reference = loss_contract.reference(cls, ref_run.losses, ref_run.eval_losses,
                                             f"{name} at canary seed {seed} ({ref_run.trial_id})")
-        return enforce(result, contract, reference)
+        checked = enforce(result, contract, reference)
+        if checked.outcome is not Outcome.CONTRACT_VIOLATION or not reference.problems(result):
+            return checked
+        worst, ids = seed_spread(cls, ref_run)
+        if TOLERANCE_MARGIN * worst <= reference.tolerance:
+            return checked
+        at_seed = dataclasses.replace(reference, tolerance=TOLERANCE_MARGIN * worst, name=(
+            f"{reference.name}, whose honest splits at this seed ({', '.join(ids)}) moved it by up to {worst:.2e}"))
+        again = enforce(result, contract, at_seed)
+        return again.replace(extra={**again.extra, "loss_tolerance_at_seed": at_seed.tolerance,
+                                    "seed_splits": ids})
 
     return check
+
+
+def canary_split_runner(rt: CampaignRuntime, seed: int) -> Callable[[Config], TrialResult | None]:
+    """``canary_loss_check``'s ``run_split``: an honest split at a canary seed (None where it
+    is infeasible), recorded as a calibration run, which resumed verification and
+    minimization do not replay as one of their own."""
+    def run(cfg: Config) -> TrialResult | None:
+        if not rt.space.is_feasible(cfg):
+            return None
+        return rt.run_one(cfg, Role.CALIBRATE, seed=seed, check=lambda t: enforce(t, rt.spec.contract, None))
+    return run

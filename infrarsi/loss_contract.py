@@ -51,6 +51,9 @@ class LossContract:
     changing_knobs: tuple[str, ...]  # knobs whose settings change the numerics
     classes: tuple[ClassReference, ...]  # the baseline's own numerics first
     warnings: tuple[str, ...] = ()
+    # The honest splits doctor ran in the baseline's numerics (calibration variants that
+    # keep them): at a canary seed they measure that seed's own honest spread.
+    splits: tuple[Mapping[str, Value], ...] = ()
 
     @property
     def tolerance(self) -> float:
@@ -90,11 +93,11 @@ class LossContract:
     def to_json(self) -> dict[str, Any]:
         return {"signal": self.signal, "window": self.window, "baseline": dict(self.baseline),
                 "changing_knobs": list(self.changing_knobs), "classes": [c.to_json() for c in self.classes],
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "splits": [dict(v) for v in self.splits]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "LossContract":
         return cls(signal=d["signal"], window=d["window"], baseline=dict(d["baseline"]),
                    changing_knobs=tuple(d["changing_knobs"]),
                    classes=tuple(ClassReference.from_json(c) for c in d["classes"]),
-                   warnings=tuple(d.get("warnings", ())))
+                   warnings=tuple(d.get("warnings", ())), splits=tuple(d.get("splits", ())))

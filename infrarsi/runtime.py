@@ -161,7 +161,10 @@ class CampaignRuntime:
         every attempt, return the final one."""
         req = self.request(config, role, seed=seed)
         while True:
-            attempts = [check(r) if check else r for r in self.pool.run_one(req)]
+            attempts = self.pool.run_one(req)
+            if seed is not None:  # the job's seed, where it is not the contract's (resume matches on it)
+                attempts = [r.replace(extra={**r.extra, "job_seed": seed}) for r in attempts]
+            attempts = [check(r) if check else r for r in attempts]
             final = attempts[-1] = self.final(attempts[-1])
             if self.needs_remeasure(final):
                 attempts[-1], req = self.remeasure(final)

@@ -21,6 +21,9 @@ p.add_argument("--compile", default="off", help="on: sleep --compile-s before th
 p.add_argument("--compile-s", type=float, default=1.0)
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--seed-mode", default="ignore", help="use: the losses depend on --seed")
+p.add_argument("--split", type=int, default=1, help="an honest split that is not bit-identical: every loss "
+               "moves by (split - 1) x 1e-6 relative, 10x that at seeds >= 1500 (a seed whose trajectory "
+               "amplifies rounding, as a loss spike does)")
 args = p.parse_args()
 
 out = open(os.environ["INFRARSI_METRICS_FILE"], "a")
@@ -73,6 +76,7 @@ for step in range(args.steps):
         with open("locked.txt", "a") as f:
             f.write("tampered\n")
     reported = 0.001 if args.mode == "liar" else time.perf_counter() - t0
-    emit({"event": "step", "step": step, "loss": 5.0 - 0.1 * step + offset, "step_time_s": reported,
+    loss = (5.0 - 0.1 * step + offset) * (1 + (args.split - 1) * 1e-6 * (10.0 if args.seed >= 1500 else 1.0))
+    emit({"event": "step", "step": step, "loss": loss, "step_time_s": reported,
           "tokens": args.tokens, "peak_memory_bytes": 0})
 emit({"event": "end"})

@@ -100,7 +100,8 @@ def _baseline_runs(rt: CampaignRuntime) -> tuple[list[TrialResult], NoiseEstimat
 
 def _calibrate(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[float, str, list, LossContract]:
     # A resumed doctor keeps the calibration runs a killed campaign recorded.
-    recorded = {tuple(sorted(r.config.items())): r for r in _recorded(rt, Role.CALIBRATE)}
+    recorded = {tuple(sorted(r.config.items())): r for r in _recorded(rt, Role.CALIBRATE)
+                if r.extra.get("job_seed") is None}  # not an honest split run at a canary seed
     loss_contract, rows = calibrate_loss(rt, runs, recorded)
     if rt.spec.contract.loss_tolerance is not None:
         return rt.spec.contract.loss_tolerance, "spec", rows, loss_contract

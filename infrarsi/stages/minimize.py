@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 from infrarsi.checks import LossReference, enforce
-from infrarsi.loss_calibration import canary_loss_check
+from infrarsi.loss_calibration import canary_loss_check, canary_split_runner
 from infrarsi.loss_contract import LossContract
 from infrarsi.knobs import Config, Value
 from infrarsi.objective import job_steps, run_time_s
@@ -104,7 +104,7 @@ def _rounds(rt: CampaignRuntime, doctor: DoctorReport, replay: _Replay, configs:
         losses = doctor.loss_reference
         if isinstance(losses, LossContract):  # each config against a run in its own numerics (issue 11)
             check = canary_loss_check(contract, losses, a, seed, configs, lambda cfg: replay.run(
-                cfg, Role.MINIMIZE_BASELINE, seed, lambda r: enforce(r, contract, None)))
+                cfg, Role.MINIMIZE_BASELINE, seed, lambda r: enforce(r, contract, None)), canary_split_runner(rt, seed))
         else:
             ref = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
                                 name=f"the baseline at canary seed {seed} ({a.trial_id})")

@@ -32,7 +32,7 @@ from scipy import stats
 
 from infrarsi.checks import LossReference, enforce
 from infrarsi.knobs import Config
-from infrarsi.loss_calibration import canary_loss_check
+from infrarsi.loss_calibration import canary_loss_check, canary_split_runner
 from infrarsi.loss_contract import LossContract
 from infrarsi.objective import job_steps, run_time_s
 from infrarsi.runtime import CampaignRuntime
@@ -215,7 +215,8 @@ def _canary_check(rt: CampaignRuntime, doctor: DoctorReport, a: TrialResult, see
     contract, losses = rt.spec.contract, doctor.loss_reference
     if isinstance(losses, LossContract):
         return canary_loss_check(contract, losses, a, seed, configs, lambda cfg: rt.run_one(
-            cfg, Role.VERIFY_BASELINE, seed=seed, check=lambda r: enforce(r, contract, None)))
+            cfg, Role.VERIFY_BASELINE, seed=seed, check=lambda r: enforce(r, contract, None)),
+            canary_split_runner(rt, seed))
     reference = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
                               name=f"the baseline at canary seed {seed} ({a.trial_id})")
     return lambda r: enforce(r, contract, reference if a.outcome is Outcome.OK else None)
