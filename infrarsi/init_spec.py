@@ -4,7 +4,8 @@ From ``python train.py --batch_size=12 ...`` (or a torchrun line) it reads the f
 command gives and, where the script answers ``--help`` the argparse way, the flags it
 knows. Flags whose names say what they do become knobs with a kind and candidate values
 (micro-batch / accumulation splits of the same global batch, precision, compile, threads,
-processes, ...); the sequence length, step count and seed become the contract's
+processes, optimizer implementations of one algorithm, ...); the sequence length, step
+count and seed, from the command or else from ``--help``'s defaults, become the contract's
 placeholders; one short dry run of the command shows its log lines, from which the log
 adapter's patterns are guessed. What only the user can know is marked ``CONFIRM``.
 """
@@ -45,9 +46,17 @@ CONTRACT_NAMES = {
                 "max_length"),
     "seed": ("seed",),
 }
+# Optimizer choices that run one algorithm with another implementation (kernel, loop): the
+# only optimizer values offered, since another optimizer (sgd, lion, 8-bit states, ...)
+# changes what is trained. A value in none of these families makes no knob.
+SAME_ALGORITHM = (
+    ("forloop", "foreach", "fused"),         # torch.optim implementations (the built-in trainer's --optimizer)
+    ("adamw_torch", "adamw_torch_fused"),    # Hugging Face TrainingArguments --optim: torch's AdamW
+)
 _PRECISION_LEVELS = {"float32": "fp32", "fp32": "fp32", "32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
                      "bf16-mixed": "bf16", "float16": "fp16", "fp16": "fp16", "16-mixed": "fp16"}
 DRY_RUN_STEPS = 3
+MAX_TRIAL_STEPS = 20
 
 
 def kind_of(name: str) -> str | None:
@@ -99,6 +108,10 @@ def _precision_values(flag: Flag) -> tuple[list, dict]:
 def _candidates(flag: Flag, kind: str, cpus: int) -> tuple[list, dict]:
     """Candidate values (the command's first) and levels for a knob of ``kind``."""
     v = flag.value
+    if kind == "optimizer":
+        first = v if v is not None or not flag.choices else flag.choices[0]
+        family = next((f for f in SAME_ALGORITHM if first in f), ())
+        return [first, *(c for c in family if c != first and (not flag.choices or c in flag.choices))], {}
     if flag.choices:
         first = v if v in flag.choices else flag.choices[0]
         return [first, *(c for c in flag.choices if c != first)], {}
@@ -124,6 +137,16 @@ class Draft:
     data: dict[str, Any]
     confirm: dict[str, str] = field(default_factory=dict)   # "table.key" or "key" -> why
     notes: list[str] = field(default_factory=list)           # header lines
+
+
+def _usable_default(field_name: str, flag: Flag) -> bool:
+    """Whether a contract flag the command does not give goes into the spec with --help's
+    default: an integer seed or a positive sequence length; any step flag, since a trial
+    sets its own step count."""
+    value = flag.value
+    if field_name == "num_steps":
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and (value > 0 or field_name == "seed")
 
 
 def _knob(flag: Flag, product: int | None, style: str, cpus: int) -> dict[str, Any] | None:
@@ -169,16 +192,23 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns,
     mb, ga = by_kind.get("micro_batch"), by_kind.get("grad_accum")
     split = mb is not None and ga is not None and isinstance(mb.value, int) and isinstance(ga.value, int)
     product = mb.value * ga.value if split else None
+    from_help: set[str] = set()  # contract fields taken from --help's defaults
     for flag in every:
         field_name = contract_field_of(flag.name)
-        if field_name and flag.name in given:
+        if field_name and field_name not in contract and (flag.name in given or _usable_default(field_name, flag)):
             contract[field_name] = flag.value
             template += _fmt(flag, "{" + field_name + "}")
+            if flag.name not in given:
+                from_help.add(field_name)
             continue
         knob = _knob(flag, product * (cmd.nproc or 1) if split else None, style, cpus)
         if knob is None:
             if flag.name in given:
                 template += [flag.spelled] if flag.style == "switch" else _fmt(flag, flag.value)
+            if kind_of(flag.name) == "optimizer" and len(flag.choices or ()) > 1:
+                draft.notes.append(f"{flag.spelled} is not a knob: its values ({', '.join(map(str, flag.choices[:4]))}"
+                                   ", ...) are other optimizers, which change what is trained; a knob may only "
+                                   "switch between implementations of one algorithm")
             continue
         baseline[flag.name] = knob.pop("baseline")
         knobs[flag.name] = knob
@@ -191,9 +221,6 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns,
         draft.data["fixed_products"] = [{"knobs": [mb.name, ga.name], "value": product}]
     elif mb is not None:
         draft.notes.append(f"{mb.name} is not a knob: without an accumulation flag it changes the global batch.")
-    if "seed" not in contract:
-        draft.notes.append("The command passes no seed: add the script's seed flag as --seed={seed} (say) so "
-                           "verification's canary seeds reach the job.")
     if "threads" not in {k["kind"] for k in knobs.values()}:
         knobs["omp_threads"] = {"values": _powers_of_two(cpus), "env": "OMP_NUM_THREADS", "kind": "threads",
                                 "description": "torch's intra-op threads, read at start-up"}
@@ -211,7 +238,7 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns,
                       baseline=baseline)
     draft.data["knobs"] = knobs
     draft.data["metrics"] = _metrics(patterns, draft)
-    draft.data["contract"] = _contract(contract, cmd, patterns, product, draft, spec_name)
+    draft.data["contract"] = _contract(contract, from_help, cmd, patterns, product, draft, spec_name)
     draft.data["device"] = {"memory_capacity": "8GiB"}
     draft.confirm["device.memory_capacity"] = "per trial: on CPU the resident memory above which a trial is an OOM"
     draft.data["resources"] = {"cpus_per_trial": cpus}
@@ -235,24 +262,46 @@ def _metrics(p: GuessedPatterns, draft: Draft) -> dict[str, Any]:
     return out
 
 
-def _contract(found: dict, cmd: ParsedCommand, p: GuessedPatterns, product: int | None, draft: Draft,
-              spec_name: str) -> dict[str, Any]:
-    steps = min(int(found.get("num_steps") or 20), 20)
+def _contract(found: dict, from_help: set[str], cmd: ParsedCommand, p: GuessedPatterns, product: int | None,
+              draft: Draft, spec_name: str) -> dict[str, Any]:
+    """The contract: values from the command, else --help's defaults, else the dry run's tokens
+    line; a value none of them gives is a placeholder, and every value is marked CONFIRM."""
+    steps = found.get("num_steps")
+    steps = min(steps, MAX_TRIAL_STEPS) if isinstance(steps, int) and steps > 1 else MAX_TRIAL_STEPS
+    sequences = product * (cmd.nproc or 1) if product else None  # per optimizer step
     seq_len = found.get("seq_len")
-    tokens = p.tokens_per_step or (product * (cmd.nproc or 1) * seq_len if product and seq_len else None)
-    if seq_len is None and tokens and product:
-        seq_len = tokens // (product * (cmd.nproc or 1))
-    c = {"seq_len": int(seq_len or 1), "global_batch_tokens": int(tokens or seq_len or 1), "num_steps": steps,
-         "warmup_steps": 2 if steps > 3 else 1, "seed": int(found.get("seed", 1234)),
+    if seq_len is None and p.tokens_per_step and sequences:
+        seq_len, seq_why = p.tokens_per_step // sequences, "derived from the dry run's tokens line"
+    elif seq_len is None:
+        seq_why = "PLACEHOLDER: neither the command nor --help gives it; write the job's tokens per sequence"
+    else:
+        seq_why = "--help's default (the command does not give it)" if "seq_len" in from_help else "from the command"
+    if p.tokens_per_step:
+        tokens, tokens_why = p.tokens_per_step, "from the tokens line of the dry run"
+    elif sequences and seq_len:
+        tokens, tokens_why = sequences * seq_len, f"computed: {sequences} sequences per step x seq_len"
+    else:
+        tokens, tokens_why = (sequences or 1) * (seq_len or 1), "PLACEHOLDER: write the job's tokens per step"
+    seed = found.get("seed", 1234)
+    c = {"seq_len": int(seq_len or 1), "global_batch_tokens": int(tokens), "num_steps": steps,
+         "warmup_steps": 2 if steps > 3 else 1, "seed": int(seed), "loss_signal": "step",
          "editable": [cmd.script], "locked": [spec_name]}
     draft.confirm.update({
-        "contract.seq_len": "tokens per sequence" + ("" if "seq_len" in found else " (not in the command: guessed)"),
-        "contract.global_batch_tokens": "tokens per optimizer step" + (
-            " (from the tokens line of the dry run)" if p.tokens_per_step else " (computed: check it)"),
+        "contract.seq_len": f"tokens per sequence, {seq_why}",
+        "contract.global_batch_tokens": f"tokens per optimizer step, {tokens_why}",
         "contract.num_steps": "optimizer steps per trial, warm-up included (keep it short)",
+        "contract.loss_signal": "'step' if the printed loss is the mean over the whole global batch (a Hugging "
+                                "Face Trainer's is); 'window' (a moving mean over contract.loss_window steps, 4 "
+                                "by default) if it is one micro-batch's (nanoGPT prints the last one's); 'eval' "
+                                "to compare the eval losses. Doctor checks it: docs/loss-contract.md",
         "contract.locked": "the files that define what is trained (data, model, loss): hashed around every trial",
         "contract.editable": "the files a code patch may change",
     })
+    if "seed" not in found:
+        draft.confirm["contract.seed"] = ("PLACEHOLDER: the command passes no seed; add the script's seed flag as "
+                                          "--seed={seed} (say) so verification's canary seeds reach the job")
+    elif "seed" in from_help:
+        draft.confirm["contract.seed"] = "--help's default (the command does not give it)"
     if not p.tokens_pattern:
         draft.data["metrics"]["tokens_per_step"] = c["global_batch_tokens"]
         draft.confirm["metrics.tokens_per_step"] = "the job prints no tokens line: a declared constant"
@@ -276,9 +325,10 @@ def render_toml(draft: Draft, command: list[str]) -> str:
     return "\n".join(header + lines) + "\n"
 
 
-def _short(command: list[str], cmd: ParsedCommand) -> list[str]:
-    """``command`` with its step count (when it gives one) cut to ``DRY_RUN_STEPS``, run by
-    the interpreter the campaign's ``{python}`` will be (this one)."""
+def _short(command: list[str], cmd: ParsedCommand, known: list[Flag]) -> list[str]:
+    """``command`` with its step count cut to ``DRY_RUN_STEPS`` (given, or added where only
+    --help knows the step flag), run by the interpreter the campaign's ``{python}`` will be
+    (this one)."""
     prog = Path(command[0]).name
     head = [sys.executable] if prog.startswith("python") else [sys.executable, "-m", "torch.distributed.run"]
     steps = next((f for f in cmd.flags if contract_field_of(f.name) == "num_steps"), None)
@@ -292,6 +342,8 @@ def _short(command: list[str], cmd: ParsedCommand) -> list[str]:
         else:
             skip = steps is not None and steps.style == "separate" and tok == steps.spelled
             out.append(tok)
+    if steps is None:
+        out += next(([f.spelled, str(DRY_RUN_STEPS)] for f in known if contract_field_of(f.name) == "num_steps"), [])
     return out
 
 
@@ -308,7 +360,7 @@ def init_spec(command: list[str], *, cwd: Path, out_path: Path, name: str | None
     known = help_flags(cmd, cwd)
     patterns = GuessedPatterns()
     if run_job:
-        output, code = dry_run(_short(command, cmd), cwd, dry_run_timeout_s)
+        output, code = dry_run(_short(command, cmd, known), cwd, dry_run_timeout_s)
         patterns = guess_patterns(output)
         if code not in (0, None) and not patterns.step_pattern:
             raise InfrarsiError(f"the dry run of the command exited {code} and printed no loss line; "

@@ -21,7 +21,7 @@ from infrarsi.trial import Outcome, TrialResult
 
 NUM_MALFORMED_KEPT = 5
 PROTOCOL_HINT = (
-    "infrarsi reads a job's steps through the metrics protocol (README, 'The metrics protocol'): either the job "
+    "infrarsi reads a job's steps through the metrics protocol (docs/metrics-protocol.md): either the job "
     "writes JSON lines to the file named by $INFRARSI_METRICS_FILE (infrarsi.reporter.Reporter, or the callbacks "
     "infrarsi.integrations.hf / infrarsi.integrations.lightning), or the spec's [metrics] section sets "
     "source = \"log\" and a step_pattern, and the log adapter reads the job's own output")
@@ -109,14 +109,33 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# What to do about a baseline that failed in doctor, by outcome: only an OOM is about memory
+# and only a timeout about time.
+_BASELINE_ADVICE = {
+    Outcome.OOM: "Raise device.memory_capacity, or start from a baseline config that fits",
+    Outcome.TIMEOUT: "Raise budget.trial_timeout_s, or lower contract.num_steps so that a trial ends sooner",
+    Outcome.INVALID: "The job refused the baseline config: set the baseline to what the job runs today",
+    Outcome.CONTRACT_VIOLATION: "The baseline itself breaks the contract: make [contract] say what the job trains "
+                                "(and contract.locked name no file the job writes)",
+    Outcome.CRASH: "The job failed (the reason ends with its last lines): fix the command or the baseline config "
+                   "so that it runs as it does without infrarsi",
+}
+
+
 def explain_baseline_failure(result: TrialResult) -> str:
-    """What doctor says when the baseline fails: a run that reported no step at all is
-    about the metrics protocol, not about memory or time limits."""
+    """What doctor says when the baseline fails, with advice that fits the cause: a run that
+    reported no step is about the metrics protocol, a clean exit with unusable metrics
+    (bad values, steps that arrived together) about what the job reports, and only an OOM
+    or a timeout about memory or time limits."""
     where = f"({result.outcome.value}: {result.reason}); log: {result.log_path}"
     exited_cleanly = result.outcome is Outcome.CRASH and result.extra.get("returncode") == 0
     if result.extra.get("num_steps_reported") == 0 and (exited_cleanly or result.outcome is Outcome.TIMEOUT):
         tail = (" If the job is still starting up when the timeout ends it, raise budget.trial_timeout_s."
                 if result.outcome is Outcome.TIMEOUT else "")
         return f"the baseline produced no metric lines in doctor {where}. {PROTOCOL_HINT}.{tail}"
-    return (f"the baseline config failed in doctor {where}. "
-            "Fix the baseline (or raise device.memory_capacity / budget.trial_timeout_s) before tuning")
+    if exited_cleanly:
+        advice = ("The job ran and exited 0, but what it reported cannot be measured (the reason says why); "
+                  "docs/metrics-protocol.md, 'When the events are wrong', says what each event needs")
+    else:
+        advice = _BASELINE_ADVICE.get(result.outcome, _BASELINE_ADVICE[Outcome.CRASH])
+    return f"the baseline config failed in doctor {where}. {advice}."

@@ -310,9 +310,28 @@ class CampaignSpec(_Model):
     @model_validator(mode="after")
     def _declared_tokens(self) -> "CampaignSpec":
         declared = self.metrics.tokens_per_step
-        if declared is not None and declared != self.contract.global_batch_tokens:
+        if declared is None:
+            return self
+        if declared != self.contract.global_batch_tokens:
             raise ValueError(f"metrics.tokens_per_step ({declared}) must equal contract.global_batch_tokens "
                              f"({self.contract.global_batch_tokens}): the job must train the contract's batch")
+        # A declared constant is what every step is counted as, so hold it to the job's arguments
+        # where the spec says them: a fixed product of a micro-batch and an accumulation knob (by
+        # kind) is the sequences per optimizer step when it includes the processes knob or the
+        # trial is one process on at most one device (a plain `{python} script.py`). Elsewhere (no
+        # kinds, processes outside the product, another launcher) the spec cannot tell the tokens.
+        seq_len = self.contract.seq_len
+        for i, fp in enumerate(self.fixed_products):
+            kinds = [self.knobs[n].kind if n in self.knobs else None for n in fp.knobs]
+            if sorted(k for k in kinds if k != "processes") != ["grad_accum", "micro_batch"]:
+                continue
+            if "processes" not in kinds and not _one_process(self):
+                continue
+            if declared != fp.value * seq_len:
+                raise ValueError(
+                    f"metrics.tokens_per_step ({declared}) must equal fixed_products[{i}].value ({fp.value} "
+                    f"sequences per optimizer step: {' x '.join(fp.knobs)}) x contract.seq_len ({seq_len}) = "
+                    f"{fp.value * seq_len}; fix the declared tokens, the sequence length or the product")
         return self
 
     @model_validator(mode="before")
@@ -356,6 +375,13 @@ class CampaignSpec(_Model):
                        for p in self.patches)
         exprs = [*self.constraints, *(fp.constraint for fp in self.fixed_products)]
         return KnobSpace(knobs, tuple(Constraint(c) for c in exprs))
+
+
+def _one_process(spec: CampaignSpec) -> bool:
+    """A trial is one process on at most one device: ``{python} script.py`` without a processes knob."""
+    return (spec.command[:1] == ["{python}"] and len(spec.command) > 1 and spec.command[1].endswith(".py")
+            and spec.resources.gpus_per_trial <= 1 and spec.resources.nodes_per_trial == 1
+            and not any(k.kind == "processes" for k in spec.knobs.values()))
 
 
 def _describe(err: dict) -> str:

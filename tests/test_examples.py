@@ -2,8 +2,19 @@
 unmodified through their own log lines by the README's command (``infrarsi campaign``).
 
 Tiny budgets (3 doctor runs, a few search trials, 1 finalist, 2 verification pairs): what
-is asserted is that the whole path works on a foreign script and that honest knob changes
-(another split of the same global batch, threads, precision) are never rejected."""
+is asserted is what must hold on a loaded 2-core CI machine: every stage runs on a foreign
+script (search to its budget, verification, minimization, report, apply), honest knob
+changes (another split of the same global batch, threads, precision) are never rejected,
+and a promotion comes with a verified interval above 1 and a branch, no promotion without.
+
+That a config is promoted is not asserted, not even for the nanoGPT-style example's 2 x 8
+baseline: its model is so small that the best split saves little against the load of a
+shared machine. Measured on the project's 2-core machine under other jobs' load (load
+average 4-6): 20 ms of CPU a step for 2 x 8 against 11 ms for 16 x 1, while doctor
+measured the baseline's runs at 25-41 ms a step, a noise floor of 0.36. A finalist must
+beat the baseline by more than that in the search (and its 2-pair interval clear 1.36);
+in three runs of this test no search trial did (the fastest 26-35 ms), so nothing reached
+verification's pairs and nothing was promoted."""
 
 import json
 import shutil
@@ -41,19 +52,28 @@ def _campaign(spec: Path, out: Path, capsys) -> tuple[dict, CampaignDir]:
     return summary, CampaignDir(out / summary["campaign_id"])
 
 
-def _check_honest_changes_pass(summary: dict, cdir: CampaignDir, baseline: dict, tokens: int) -> list:
+def _check_campaign(summary: dict, cdir: CampaignDir, spec: Path, tokens: int) -> list:
+    """What must hold whatever the machine's load: see the module docstring."""
+    budget, baseline = (tomllib.loads(spec.read_text())[k] for k in ("budget", "baseline"))
     trials = Ledger(cdir.ledger).trials()
     assert sum(summary["trials_by_outcome"].values()) == len(trials)
-    # every config of these spaces is an honest change: none may break the contract
+    # every config of these spaces is an honest change: none may break the contract, in the
+    # search, doctor's calibration, verification's canary runs or minimization
     rejected = [(t.trial_id, t.config, t.reason) for t in trials if t.outcome.value == "contract_violation"]
     assert rejected == []
     ok = [t for t in trials if t.outcome.value == "ok"]
     assert all(t.tokens_per_step == tokens and len(t.losses) == cdir_steps(cdir) for t in ok)
     assert any(t.config != baseline for t in ok)
-    if summary.get("promoted_config"):
-        verification = json.loads(cdir.verification.read_text())
+    # every stage ran: the search spent its budget; verification measured each finalist (a config
+    # that beat the baseline by doctor's noise; there may be none) in pairs; minimization ran
+    assert summary["num_search_trials"] == budget["num_trials"]
+    verification = json.loads(cdir.verification.read_text())
+    assert all(v["pairs"] and v["config"] != baseline for v in verification["verdicts"]), verification
+    assert cdir.minimize.exists() and Path(summary["report"]).exists()
+    # a promotion is a verified speedup staged on a branch; without one no branch is made
+    assert bool(summary["branch"]) == bool(summary["promoted_config"])
+    if summary["promoted_config"]:
         assert summary["verified_speedup"] > 1 and summary["speedup_ci"][0] > 1, verification
-        assert summary["branch"]
     return trials
 
 
@@ -67,7 +87,7 @@ def test_a_nanogpt_style_script_is_tuned_through_its_own_log(tmp_path, ray_sessi
                        calibration=[{"batch_size": 16, "gradient_accumulation_steps": 1},
                                     {"batch_size": 1, "gradient_accumulation_steps": 16}])
     summary, cdir = _campaign(spec, tmp_path / "out", capsys)
-    trials = _check_honest_changes_pass(summary, cdir, tomllib.loads(spec.read_text())["baseline"], 1024)
+    trials = _check_campaign(summary, cdir, spec, 1024)
     # the eval lines were read too: one before training, one after
     assert all(len(t.eval_losses) == 2 for t in trials if t.outcome.value == "ok")
     doctor = json.loads(cdir.doctor.read_text())
@@ -83,7 +103,7 @@ def test_a_hugging_face_trainer_script_is_tuned_through_its_own_log(tmp_path, ra
     spec = _small_copy(tmp_path, "hf_trainer", num_trials=2, baseline={"omp_threads": 1},
                        calibration=[{"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1}])
     summary, cdir = _campaign(spec, tmp_path / "out", capsys)
-    _check_honest_changes_pass(summary, cdir, tomllib.loads(spec.read_text())["baseline"], 1024)
+    _check_campaign(summary, cdir, spec, 1024)
 
 
 def test_a_broken_job_prints_one_paragraph_and_exits_2(tmp_path, ray_session, prefect_harness, capsys):

@@ -15,6 +15,7 @@ from infrarsi.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 NANOGPT = ROOT / "examples" / "nanogpt_style"
+HF = ROOT / "examples" / "hf_trainer"
 
 
 def test_init_writes_a_spec_close_to_the_hand_written_one(tmp_path, monkeypatch):
@@ -43,6 +44,50 @@ def test_init_writes_a_spec_close_to_the_hand_written_one(tmp_path, monkeypatch)
     assert len(spec.space.feasible) == len(load_spec(folder / "campaign.toml").space.feasible)
     with pytest.raises(InfrarsiError, match="exists; pass --force"):
         main_raises(["init", "-o", "init.toml", "--no-dry-run", "--", "python", "train.py"])
+
+
+def test_init_on_a_hugging_face_script_takes_what_its_help_knows(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    folder = shutil.copytree(HF, tmp_path / "job")
+    monkeypatch.chdir(folder)
+    # The command gives neither the sequence length, the step count nor the seed: --help does.
+    assert main(["init", "-o", "init.toml", "--no-dry-run", "--", "python", "train.py", "--output_dir", "hf-out",
+                 "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "8", "--logging_steps", "1",
+                 "--use_cpu", "True", "--report_to", "none"]) == 0
+    text = (folder / "init.toml").read_text()
+    made, hand = tomllib.loads(text), tomllib.loads((folder / "campaign.toml").read_text())
+    for key in ("seq_len", "global_batch_tokens"):  # --help's default of --seq_len is 64, not a placeholder 1
+        assert made["contract"][key] == hand["contract"][key], key
+    assert made["metrics"]["tokens_per_step"] == hand["metrics"]["tokens_per_step"] == 1024
+    assert made["contract"]["seed"] == 42  # --help's default
+    assert made["command"][-6:] == ["--seq_len", "{seq_len}", "--max_steps", "{num_steps}", "--seed", "{seed}"]
+    # only implementations of the baseline's algorithm, never another optimizer (sgd, lion, 8-bit states, ...)
+    assert sorted(made["knobs"]["optim"]["values"]) == ["adamw_torch", "adamw_torch_fused"]
+    assert made["fixed_products"] == hand["fixed_products"]
+    assert made["contract"]["loss_signal"] == "step"
+    contract = text[text.index("[contract]"):text.index("[device]")]
+    for key in ("seq_len", "global_batch_tokens", "seed", "loss_signal"):
+        line = next(ln for ln in contract.splitlines() if ln.startswith(f"{key} = "))
+        assert "# CONFIRM" in line and "PLACEHOLDER" not in line, line
+    assert "docs/loss-contract.md" in text
+    assert len(load_spec(folder / "init.toml").space.feasible) > 1  # a valid spec as written
+
+
+def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
+    from infrarsi.init_spec import _short, build_spec, render_toml
+    from infrarsi.launch_command import Flag
+
+    command = ["python", "train.py", "--batch_size", "4", "--grad_accum", "2"]
+    cmd = parse_command(command)
+    draft = build_spec(cmd, [], guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    lines = render_toml(draft, command).splitlines()
+    for key in ("seq_len", "global_batch_tokens", "seed"):
+        line = next(ln for ln in lines if ln.startswith(f"{key} = "))
+        assert "# CONFIRM: " in line and "PLACEHOLDER" in line, line
+    assert draft.data["contract"]["global_batch_tokens"] == draft.data["metrics"]["tokens_per_step"] == 8
+    # the dry run is cut short through a step flag only --help knows
+    steps = Flag("max_steps", "--max_steps", -1, "separate")
+    assert _short(command, cmd, [steps])[1:] == [*command[1:], "--max_steps", "3"]
 
 
 def main_raises(argv):

@@ -77,6 +77,26 @@ def test_a_baseline_that_breaks_the_product_is_named(tmp_path):
         _load(tmp_path, fixed_products=[{"knobs": ["batch_size", "dtype"], "value": 16}])
 
 
+def test_declared_tokens_per_step_must_be_the_fixed_products_sequences_times_seq_len(tmp_path):
+    log = {"source": "log", "step_pattern": r"loss (?P<loss>\S+)", "tokens_per_step": 1024}
+    assert _load(tmp_path, metrics=log).metrics.tokens_per_step == 1024  # 16 sequences of 64 tokens
+    # 16 sequences of 32 tokens are 512 tokens, not the 1024 declared (and in the contract)
+    with pytest.raises(SpecError, match=r"metrics\.tokens_per_step \(1024\) must equal fixed_products\[0\]\.value "
+                                        r"\(16 sequences per optimizer step: batch_size x gradient_accumulation_steps\) "
+                                        r"x contract\.seq_len \(32\) = 512"):
+        _load(tmp_path, metrics=log, **{"contract.seq_len": 32})
+    # processes outside the product multiply it by a count the spec does not know: not checked
+    torchrun = ["{python}", "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py", "--max_iters={num_steps}"]
+    assert _load(tmp_path, metrics=log, command=torchrun, **{"contract.seq_len": 32})
+    # with the processes knob in the product, the product counts them: checked again
+    nproc = {"values": [1, 2], "placeholder": True, "kind": "processes"}
+    with pytest.raises(SpecError, match=r"fixed_products\[0\]\.value \(16 sequences per optimizer step: "
+                                        r"batch_size x gradient_accumulation_steps x nproc\)"):
+        _load(tmp_path, metrics=log, command=[*torchrun[:3], "--nproc-per-node={nproc}", *torchrun[4:]],
+              fixed_products=[{"knobs": ["batch_size", "gradient_accumulation_steps", "nproc"], "value": 16}],
+              **{"contract.seq_len": 32, "knobs.nproc": nproc, "baseline.nproc": 1})
+
+
 def test_knob_kinds_and_levels_are_checked(tmp_path):
     with pytest.raises(SpecError, match=r"knobs\.dtype\.kind: Input should be 'micro_batch'"):
         _load(tmp_path, **{"knobs.dtype.kind": "dtype"})

@@ -100,8 +100,28 @@ def test_a_baseline_without_metric_lines_is_explained_by_the_protocol_not_by_lim
     assert message.startswith("the baseline produced no metric lines in doctor (crash: the job exited 0")
     assert "metrics protocol" in message and "log adapter" in message and "$INFRARSI_METRICS_FILE" in message
     assert "memory_capacity" not in message and "trial_timeout_s" not in message
-    crashed = r.replace(extra={**r.extra, "returncode": 1}, reason="exit code 1: AssertionError")
-    assert "raise device.memory_capacity" in explain_baseline_failure(crashed)  # a crash is not about metrics
+
+
+LIMITS = ("memory_capacity", "trial_timeout_s")
+
+
+@pytest.mark.parametrize("outcome, returncode, reason, says, not_about", [
+    # a crash with an ordinary error is about the job, not about memory or time
+    (Outcome.CRASH, 1, "exit code 1: AssertionError", "The job failed", LIMITS),
+    # steps that reached the harness together: about what the job reports (flushing), not limits
+    (Outcome.CRASH, 0, "3 of 3 measured steps reached the harness at the same instant as the step before",
+     "docs/metrics-protocol.md", LIMITS),
+    (Outcome.OOM, None, "peak memory 9 B crossed the capacity 8 B", "Raise device.memory_capacity",
+     ("trial_timeout_s",)),
+    (Outcome.TIMEOUT, None, "no exit within 30 s; process tree killed", "Raise budget.trial_timeout_s",
+     ("memory_capacity",)),
+])
+def test_a_failed_baseline_gets_advice_that_fits_the_cause(tmp_path, outcome, returncode, reason, says, not_about):
+    r = _jsonl_trial(tmp_path, _step(1, 3.0), _step(2, 2.9), _step(3, 2.8))
+    failed = r.replace(outcome=outcome, reason=reason, extra={**r.extra, "returncode": returncode})
+    message = explain_baseline_failure(failed)
+    assert message.startswith(f"the baseline config failed in doctor ({outcome.value}: {reason})") and says in message
+    assert not any(word in message for word in not_about), message
 
 
 def test_doctor_stops_on_a_baseline_that_prints_no_metric_lines(tmp_path):
