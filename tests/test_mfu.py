@@ -26,6 +26,7 @@ def _cuda() -> bool:
     ("NVIDIA H100 NVL", "H100 NVL", 835), ("NVIDIA H200", "H200 SXM", 989), ("NVIDIA H200 NVL", "H200 NVL", 835),
     ("NVIDIA A100-SXM4-40GB", "A100", 312), ("NVIDIA A100 80GB PCIe", "A100", 312), ("NVIDIA L40S", "L40S", 362.05),
     ("NVIDIA L4", "L4", 121), ("AMD Instinct MI300X", "MI300X", 1307.4), ("NVIDIA B200", "B200", 2250),
+    ("NVIDIA GH200 480GB", "GH200", 989),  # contains "H200": the longer match wins
 ])
 def test_the_table_knows_accelerators_by_their_reported_names(reported, name, tflops):
     entry = lookup(reported)
