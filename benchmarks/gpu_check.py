@@ -4,13 +4,14 @@
     python benchmarks/gpu_check.py --fetch-wheels .gpu_wheels   # here, before carrying
 
 It adapts workloads/gpt/campaign-gpu.toml to the machine (GPUs present, the device's
-memory capacity), runs doctor, a search of --budget trials (default 10) and verification
-against the untuned baseline, and prints: baseline and promoted MFU, the verified speedup
-and its interval, the device memory peak of both against the capacity, the loss tolerance
-doctor calibrated for each numerics class (fp32, bf16), and every CUDA out-of-memory with
-its censored peak. If the search ran into no OOM, one probe trial that cannot fit on any
-current GPU (the GPT-2-medium shape at micro-batch 128 without recompute, fp32, naive
-attention) shows one. Results land in --out (campaign folder, ``gpu_check.json``).
+memory capacity; on one GPU the DDP bucket and sharding knobs are dropped), runs doctor, a
+search of --budget trials (default 10) and verification against the untuned baseline, and
+prints: baseline and promoted MFU, the verified speedup and its interval, the device
+memory peak of both against the capacity, the loss tolerance doctor calibrated for each
+numerics class (fp32, bf16), and every CUDA out-of-memory with its censored peak. If the
+search ran into no OOM, one probe trial that cannot fit on any current GPU (the
+GPT-2-medium shape at micro-batch 128 without recompute, fp32, naive attention) shows one.
+Results land in --out (campaign folder, ``gpu_check.json``).
 
 It needs only what a bare GPU box usually has (python, torch with CUDA, numpy, psutil)
 plus pydantic, scipy, GitPython and tomli-w. It runs without Ray (trials one at a time
@@ -43,6 +44,9 @@ NEEDED_MODULES = ("numpy", "psutil", "pydantic", "scipy", "git", "tomli_w")
 NO_CUDA_EXIT_CODE = 2
 MISSING_PACKAGES_EXIT_CODE = 3
 MFU_GOAL = 0.35  # issue 12: promoted MFU on an H200
+# Knobs that act only between processes (DDP's gradient buckets, FSDP's sharding): on one
+# GPU they change nothing, so the search would spend trials on them for noise.
+MULTI_PROCESS_KNOBS = ("bucket_mb", "sharding")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -123,10 +127,15 @@ def preflight() -> tuple[int, str] | None:
 
 def adapt_spec(data: dict, *, spec_dir: Path, num_gpus: int, capacity_bytes: int, budget: int,
                verify_pairs: int | None = None, finalists: int | None = None) -> dict:
-    """The GPU spec for this machine: its GPUs and memory capacity, process counts that fit."""
+    """The GPU spec for this machine: its GPUs and memory capacity, process counts that fit
+    (on one GPU, without the knobs that act only between processes)."""
     data = json.loads(json.dumps(data))  # a deep copy of plain TOML data
     nproc = [n for n in data["knobs"]["nproc"]["values"] if n <= num_gpus]
     data["knobs"]["nproc"]["values"] = nproc
+    if nproc == [1]:
+        for name in MULTI_PROCESS_KNOBS:
+            data["knobs"].pop(name, None)
+            data["baseline"].pop(name, None)
     data["calibration"] = [v for v in data.get("calibration", []) if v.get("nproc", 1) in nproc]
     data["workload_dir"] = str((spec_dir / data.get("workload_dir", ".")).resolve())
     data["device"]["memory_capacity"] = int(capacity_bytes)
