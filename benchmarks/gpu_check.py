@@ -4,13 +4,14 @@
     python benchmarks/gpu_check.py --fetch-wheels .gpu_wheels   # here, before carrying
 
 It adapts workloads/gpt/campaign-gpu.toml to the machine (GPUs present, the device's
-memory capacity), runs doctor, a search of --budget trials (default 10) and verification
-against the untuned baseline, and prints: baseline and promoted MFU, the verified speedup
-and its interval, the device memory peak of both against the capacity, the loss tolerance
-doctor calibrated, and every CUDA out-of-memory with its censored peak. If the search ran
-into no OOM, one probe trial that cannot fit on any current GPU (the GPT-2-medium shape at
-micro-batch 128 without recompute, fp32, naive attention) shows one. Results land in
---out (campaign folder, ``gpu_check.json``).
+memory capacity; on one GPU the DDP bucket and sharding knobs are dropped), runs doctor, a
+search of --budget trials (default 10) and verification against the untuned baseline, and
+prints: baseline and promoted MFU, the verified speedup and its interval, the device
+memory peak of both against the capacity, the loss tolerance doctor calibrated for each
+numerics class (fp32, bf16), and every CUDA out-of-memory with its censored peak. If the
+search ran into no OOM, one probe trial that cannot fit on any current GPU (the
+GPT-2-medium shape at micro-batch 128 without recompute, fp32, naive attention) shows one.
+Results land in --out (campaign folder, ``gpu_check.json``).
 
 It needs only what a bare GPU box usually has (python, torch with CUDA, numpy, psutil)
 plus pydantic, scipy, GitPython and tomli-w. It runs without Ray (trials one at a time
@@ -43,6 +44,9 @@ NEEDED_MODULES = ("numpy", "psutil", "pydantic", "scipy", "git", "tomli_w")
 NO_CUDA_EXIT_CODE = 2
 MISSING_PACKAGES_EXIT_CODE = 3
 MFU_GOAL = 0.35  # issue 12: promoted MFU on an H200
+# Knobs that act only between processes (DDP's gradient buckets, FSDP's sharding): on one
+# GPU they change nothing, so the search would spend trials on them for noise.
+MULTI_PROCESS_KNOBS = ("bucket_mb", "sharding")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -123,10 +127,15 @@ def preflight() -> tuple[int, str] | None:
 
 def adapt_spec(data: dict, *, spec_dir: Path, num_gpus: int, capacity_bytes: int, budget: int,
                verify_pairs: int | None = None, finalists: int | None = None) -> dict:
-    """The GPU spec for this machine: its GPUs and memory capacity, process counts that fit."""
+    """The GPU spec for this machine: its GPUs and memory capacity, process counts that fit
+    (on one GPU, without the knobs that act only between processes)."""
     data = json.loads(json.dumps(data))  # a deep copy of plain TOML data
     nproc = [n for n in data["knobs"]["nproc"]["values"] if n <= num_gpus]
     data["knobs"]["nproc"]["values"] = nproc
+    if nproc == [1]:
+        for name in MULTI_PROCESS_KNOBS:
+            data["knobs"].pop(name, None)
+            data["baseline"].pop(name, None)
     data["calibration"] = [v for v in data.get("calibration", []) if v.get("nproc", 1) in nproc]
     data["workload_dir"] = str((spec_dir / data.get("workload_dir", ".")).resolve())
     data["device"]["memory_capacity"] = int(capacity_bytes)
@@ -187,6 +196,16 @@ def _peak(trials, ids) -> int | None:
     return max(peaks) if peaks else None
 
 
+def loss_tolerances(doctor) -> list[dict]:
+    """The tolerance doctor calibrated for each numerics class, the baseline's first."""
+    from infrarsi.loss_contract import LossContract
+    from infrarsi.numerics import describe
+
+    classes = LossContract.from_json(doctor.loss_contract).classes
+    return [{"class": describe(c.settings), "tolerance": c.tolerance, "honest_score": c.honest_score,
+             "failure": c.failure} for c in classes]
+
+
 def findings(cdir, doctor, probe) -> dict:
     """What the check prints, from the campaign folder."""
     from infrarsi.ledger import Ledger
@@ -209,7 +228,7 @@ def findings(cdir, doctor, probe) -> dict:
         "mfu_basis": summary["mfu_basis"], "capacity_bytes": capacity,
         "baseline_peak_bytes": doctor.peak_memory_bytes,
         "promoted_peak_bytes": _peak(trials, {c for _, c in promoted["pairs"]}) if promoted else None,
-        "loss_tolerance": doctor.loss_tolerance, "loss_tolerance_source": doctor.loss_tolerance_source,
+        "loss_tolerances": loss_tolerances(doctor), "loss_tolerance_source": doctor.loss_tolerance_source,
         "calibration": [dict(row) for row in doctor.calibration],
         "trials_by_outcome": summary["trials_by_outcome"],
         "ooms": [{"trial_id": t.trial_id, "config": dict(t.config), "censored_peak_bytes": t.peak_memory_bytes,
@@ -224,6 +243,13 @@ def _gib(n: int | None) -> str:
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
+
+
+def print_loss_tolerances(source: str, tolerances: list[dict]) -> None:
+    print(f"loss tolerance per numerics class ({source}):")
+    for c in tolerances:
+        measured = f"no reference: {c['failure']}" if c["failure"] else f"largest honest score {c['honest_score']:.3g}"
+        print(f"  {c['class']}: {c['tolerance']:.3g} ({c['tolerance']:.4%}; {measured})")
 
 
 def print_findings(f: dict) -> None:
@@ -244,7 +270,7 @@ def print_findings(f: dict) -> None:
             print(f"  goal promoted MFU >= {MFU_GOAL:.0%}: {'met' if f['promoted_mfu'] >= MFU_GOAL else 'not met'}")
     else:
         print("promoted: nothing cleared verification; the baseline stands")
-    print(f"loss tolerance {f['loss_tolerance']:.3%} ({f['loss_tolerance_source']})")
+    print_loss_tolerances(f["loss_tolerance_source"], f["loss_tolerances"])
     print(f"trials by outcome: {f['trials_by_outcome']}")
     for oom in f["ooms"]:
         print(f"OOM {oom['trial_id']}: censored peak >= {_gib(oom['censored_peak_bytes'])} "

@@ -26,7 +26,7 @@ class Accelerator:
     peak_bf16_flops: float  # dense, per device, FLOP/s
 
 
-# Most specific first: "H100 PCIe" before "H100", "L40S" before "L4".
+# Where several patterns match a name, the one that matches most of it wins (lookup).
 ACCELERATORS: tuple[Accelerator, ...] = (
     # NVIDIA H100 datasheet: SXM 989 TFLOPS, PCIe 756, NVL 835 bf16 dense (1,979 / 1,513 /
     # 1,671 with sparsity).
@@ -56,11 +56,11 @@ ACCELERATORS: tuple[Accelerator, ...] = (
 
 
 def lookup(device_name: str) -> Accelerator | None:
-    """The table's entry for a reported device name, or None for an unknown one."""
-    for accelerator in ACCELERATORS:
-        if re.search(accelerator.pattern, device_name, re.IGNORECASE):
-            return accelerator
-    return None
+    """The table's entry for a reported device name, or None for an unknown one. Where
+    several patterns match, the most specific wins, the one matching the most characters
+    of the name: "NVIDIA GH200 480GB" is a GH200, not the H200 its name contains."""
+    matches = [(len(m.group()), a) for a in ACCELERATORS if (m := re.search(a.pattern, device_name, re.IGNORECASE))]
+    return max(matches, key=lambda match: match[0])[1] if matches else None
 
 
 def detect_device_names() -> list[str]:

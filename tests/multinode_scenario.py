@@ -96,40 +96,90 @@ def kill_orphans(out_dir: Path) -> int:
     return killed
 
 
-def kill_node(cluster, node, trial_dir: Path) -> dict:
-    """What losing a machine does to the trial: the Ray worker that hosts the trial's node
-    actor on ``node`` and that actor's whole trial process tree die at once (SIGKILL), then
-    the node leaves the cluster. (``Cluster.remove_node`` alone kills the node's raylet but
-    not its workers, and the trial processes run in sessions of their own.) The actor's
-    worker is found from the trial's ranks: their ancestor named ``ray::`` whose parent is
-    this node's raylet (its command line names the node's raylet socket)."""
+def _actor_worker(rank):
+    """The ``ray::`` worker above a trial rank (its node actor's process), the trial's
+    processes below that worker (the rank, its torchrun) and the worker's parent."""
+    chain = [rank, *rank.parents()]
+    for i, proc in enumerate(chain[1:-1], start=1):
+        if proc.name().startswith("ray::") or proc.cmdline()[0].startswith("ray::"):
+            return proc, chain[:i], chain[i + 1]
+    return None, [], None
+
+
+def lose_node(cluster, node, trial_dir: Path) -> dict:
+    """What losing a machine does to the trial. The Ray worker that hosts the trial's node
+    actor on ``node`` dies (SIGKILL) and the node leaves the cluster, while the trial's
+    processes on it are frozen (SIGSTOP): as on a machine that vanished, their connections
+    go silent instead of being reset, so the surviving node's rank waits on its collective
+    until the harness cancels it. (Killed on one machine, the lost rank's sockets would be
+    reset and the survivor would die by itself, cancel or not. ``Cluster.remove_node``
+    alone kills neither the node's workers nor the trial, which runs in sessions of its
+    own.) The actor's worker is found from the trial's ranks: their ancestor named
+    ``ray::`` whose parent is this node's raylet (its command line names the node's raylet
+    socket); the other ranks and their torchrun are the survivors. Returns what it did,
+    with the frozen and the surviving processes (psutil) under ``frozen`` and ``survivors``."""
     import psutil
 
     socket_name = node._raylet_socket_name
-    workers = {}
+    workers, survivors = {}, []
     for rank in trial_ranks(trial_dir):
         try:
-            chain = rank.parents()
-            for child, parent in zip(chain, chain[1:]):
-                if child.name().startswith("ray::") or child.cmdline()[0].startswith("ray::"):
-                    if any(socket_name in arg for arg in parent.cmdline()):
-                        workers[child.pid] = (child, rank)
-                    break
+            worker, trial_procs, raylet = _actor_worker(rank)
+            if worker is None:
+                continue
+            if any(socket_name in arg for arg in raylet.cmdline()):
+                workers[worker.pid] = (worker, rank)
+            else:
+                survivors += trial_procs
         except (psutil.NoSuchProcess, IndexError):
             pass
-    doomed, killed = [], {"workers": len(workers), "ranks": [], "processes": []}
+    loss = {"workers": len(workers), "ranks": [], "killed": [], "frozen": [], "survivors": survivors}
     for worker, rank in workers.values():
-        doomed += [worker, *worker.children(recursive=True)]
-        killed["ranks"].append(rank.environ()["INFRARSI_METRICS_FILE"])
-    for proc in reversed(doomed):  # the ranks first: torchrun's death would take them along
+        loss["ranks"].append(rank.environ()["INFRARSI_METRICS_FILE"])
+        for proc in reversed([worker, *worker.children(recursive=True)]):  # the rank first
+            try:
+                name = " ".join(proc.cmdline())[:300]
+                if proc is worker:
+                    proc.kill()
+                    loss["killed"].append(name)
+                else:
+                    proc.suspend()
+                    loss["frozen"].append(proc)
+            except psutil.NoSuchProcess:
+                pass
+    cluster.remove_node(node, allow_graceful=False)
+    return loss
+
+
+def _alive(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _kill(procs) -> None:
+    import psutil
+
+    for proc in procs:
         try:
-            name = " ".join(proc.cmdline())[:300]
             proc.kill()
-            killed["processes"].append(name)
         except psutil.NoSuchProcess:
             pass
-    cluster.remove_node(node, allow_graceful=False)
-    return killed
+
+
+def _names(procs) -> list[str]:
+    import psutil
+
+    names = []
+    for proc in procs:
+        try:
+            names.append(" ".join(proc.cmdline())[:300])
+        except psutil.Error:
+            names.append(f"pid {proc.pid}")
+    return names
 
 
 def main(out_dir: Path) -> None:
@@ -151,28 +201,36 @@ def main(out_dir: Path) -> None:
                     placement_strategy="STRICT_SPREAD", placement_timeout_s=30)
     report: dict = {"node_ids": [cluster.head_node.node_id, worker.node_id]}
     pool = TrialPool(PoolSettings(**settings))
+    frozen: list = []
     try:
         # 1. A whole trial over two nodes.
         for result in pool.run_one(request(out_dir, "t1")):
             ledger.append_trial(result)
-        # 2. A node lost mid-trial: once both nodes' ranks run, kill the worker node's share
-        # of the trial and remove the node, then bring up a replacement so the retry can be
-        # placed. (The head holds the driver and
-        # the trial's coordinator; a real campaign loses worker nodes the same way.)
+        # 2. A node lost mid-trial: once both nodes' ranks run, lose the worker node (its
+        # actor killed, its share of the trial frozen, the node removed), then bring up a
+        # replacement so the retry can be placed. (The head holds the driver and the
+        # trial's coordinator; a real campaign loses worker nodes the same way.)
         say("t1 done")
         pool.submit(request(out_dir, "t2", NUM_STEPS_LONG))
         report["ranks_running_at_kill"] = wait_until_ranks_run(out_dir / "t2", num_nodes=2, timeout_s=90)
         report["killed_node_id"] = worker.node_id
-        report["killed"] = kill_node(cluster, worker, out_dir / "t2")
-        say(f"killed {report['killed']}")
-        say("worker removed")
+        loss = lose_node(cluster, worker, out_dir / "t2")
+        frozen += loss.pop("frozen")
+        survivors = loss.pop("survivors")
+        report["killed"] = {**loss, "frozen": _names(frozen), "survivors": _names(survivors)}
+        say(f"lost the worker node: {report['killed']}")
         report["replacement_node_id"] = cluster.add_node(**node).node_id
-        attempts = []
+        attempts = pool.wait()  # the lost attempt; the pool has resubmitted the trial
+        # Nothing but the harness's cancel could have stopped the survivors by now: their
+        # peer is frozen, not dead.
+        report["survivors_alive_after_lost_attempt"] = _names(p for p in survivors if _alive(p))
+        _kill(frozen)  # the machine is gone for good
         while pool.busy:
             attempts += pool.wait()
         for result in attempts:
             ledger.append_trial(result)
     finally:
+        _kill(frozen)  # never leave a stopped process behind
         pool.close()
     say("t2 done")
     # 3. A placement group that cannot be placed (three nodes asked, two exist) times out.

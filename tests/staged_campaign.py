@@ -15,15 +15,16 @@ from infrarsi.workspace import CampaignDir
 
 
 def run_staged(tmp: Path, *, name: str, proposer: str, store: str, num_trials: int = 6,
-               sim_workload: str = "dense-9b-h100") -> CampaignDir:
+               sim_workload: str = "dense-9b-h100", resources: str = "", in_process: bool = False) -> CampaignDir:
+    """``resources``: lines of the spec's [resources] table; ``in_process``: without Ray."""
     tmp.mkdir(parents=True, exist_ok=True)
     spec = tmp / f"{name}.toml"
     spec.write_text(f'name = "{name}"\nbackend = "sim"\nsim_workload = "{sim_workload}"\n'
                     f'[budget]\nnum_trials = {num_trials}\nnum_finalists = 1\nverify_pairs = 2\n'
-                    f'[search]\nproposer = "{proposer}"\n')
+                    f'[search]\nproposer = "{proposer}"\n[resources]\n{resources}\n')
     contract, cdir = init_campaign(spec, tmp / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(
-        tracking_uri=store, parent_params={"proposer": proposer, "num_trials": num_trials}))
+        tracking_uri=store, in_process=in_process, parent_params={"proposer": proposer, "num_trials": num_trials}))
     try:
         doctor = run_doctor(rt)
         search = run_search(rt, doctor, proposer_name=proposer, num_trials=num_trials)

@@ -26,6 +26,7 @@ def _cuda() -> bool:
     ("NVIDIA H100 NVL", "H100 NVL", 835), ("NVIDIA H200", "H200 SXM", 989), ("NVIDIA H200 NVL", "H200 NVL", 835),
     ("NVIDIA A100-SXM4-40GB", "A100", 312), ("NVIDIA A100 80GB PCIe", "A100", 312), ("NVIDIA L40S", "L40S", 362.05),
     ("NVIDIA L4", "L4", 121), ("AMD Instinct MI300X", "MI300X", 1307.4), ("NVIDIA B200", "B200", 2250),
+    ("NVIDIA GH200 480GB", "GH200", 989),  # contains "H200": the longer match wins
 ])
 def test_the_table_knows_accelerators_by_their_reported_names(reported, name, tflops):
     entry = lookup(reported)
@@ -83,6 +84,31 @@ def test_mfu_is_omitted_where_it_cannot_be_measured(resources, gpus, start):
     assert _campaign(resources, gpus, start) == {"baseline_mfu": None, "promoted_mfu": None, "mfu_basis": None}
     no_flops = _campaign({"gpus_per_trial": 1}, ["NVIDIA H200, 143771 MiB"], {})
     assert no_flops["mfu_basis"] is not None and no_flops["baseline_mfu"] is None
+
+
+def test_a_campaign_on_a_known_gpu_puts_its_mfu_in_the_report_and_on_the_mlflow_parent_run(tmp_path):
+    """A simulated campaign of 8 H100s whose spec names the accelerator and the model FLOPs
+    (the simulator's trials report no start event), run in process without Ray."""
+    from mlflow.tracking import MlflowClient
+    from staged_campaign import run_staged
+
+    from infrarsi.report import summarize
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cdir = run_staged(tmp_path, name="sim-mfu", proposer="random", store=store, num_trials=4, in_process=True,
+                      resources='gpus_per_trial = 8\naccelerator = "NVIDIA H100 80GB HBM3"\nflops_per_token = 6e10')
+    summary = summarize(cdir)
+    tokens = cdir.read_json(cdir.contract)["spec"]["contract"]["global_batch_tokens"]
+    assert summary["baseline_mfu"] == pytest.approx(6e10 * tokens / summary["baseline_step_time_s"] / (8 * 989e12))
+    assert summary["promoted_mfu"] is not None  # the random search finds a verified speedup on this job
+    mfu_line = next(line for line in cdir.report_md.read_text().splitlines() if "MFU:" in line)
+    assert (f"MFU: baseline {summary['baseline_mfu']:.1%}, promoted {summary['promoted_mfu']:.1%} "
+            "(against 8 x H100 SXM at 989 TFLOP/s dense bf16, from the table)") in mfu_line
+    client = MlflowClient(store)
+    [parent] = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                  "tags.`infrarsi.kind` = 'campaign'")
+    assert parent.data.metrics["baseline_mfu"] == pytest.approx(summary["baseline_mfu"])
+    assert parent.data.metrics["promoted_mfu"] == pytest.approx(summary["promoted_mfu"])
 
 
 @pytest.mark.skipif("_cuda()", reason="checks the CPU answer")
