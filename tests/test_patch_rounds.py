@@ -21,7 +21,7 @@ from infrarsi.patches import builtin_patches, make_diff  # noqa: E402
 from infrarsi.inprocess_pool import InProcessPool  # noqa: E402
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages import patching  # noqa: E402
-from infrarsi.stages.doctor import DoctorReport, adopt_doctor  # noqa: E402
+from infrarsi.stages.doctor import DoctorReport, adopt_doctor, run_doctor  # noqa: E402
 from infrarsi.stages.init import init_campaign, load_campaign  # noqa: E402
 from infrarsi.stages.search import finalists, run_search, search_experience  # noqa: E402
 from infrarsi.bank import Bank  # noqa: E402
@@ -151,6 +151,67 @@ def test_a_default_campaign_proposes_gates_and_measures_a_builtin_patch(tmp_path
     [event] = events(rt2, "experience")
     assert event["campaigns"][0]["id"] == rt.contract.campaign_id and event["campaigns"][0]["distance"] == 0
     assert all(rt2.space.is_feasible(c) for c in configs)
+
+
+def _trial(i: int, outcome: Outcome = Outcome.OK, step: float | None = 1.0):
+    from infrarsi.trial import TrialResult
+
+    return TrialResult(trial_id=f"t{i:04d}", config={}, role=Role.SEARCH, outcome=outcome,
+                       step_time_s=step if outcome is Outcome.OK else None)
+
+
+def test_the_search_stalls_after_five_trials_without_a_better_ok_one():
+    n = patching.STALL_TRIALS
+    better = [_trial(i, step=1.0 - i / 100) for i in range(n)]
+    assert not patching.stalled(better)
+    flat = [_trial(0), *(_trial(i, step=1.0) for i in range(1, n)), _trial(n, Outcome.OOM)]  # ties do not count
+    assert patching.stalled(flat) and not patching.stalled(flat[:-1])
+    failed = [_trial(i, Outcome.CRASH) for i in range(n)]  # no ok trial at all is a stall too
+    assert patching.stalled(failed)
+    # at least five trials since the last round, whatever came before it
+    assert not patching.stalled(flat, since=2) and patching.stalled(flat + [_trial(9, step=2.0)], since=1)
+
+
+class TwoSlotPool(InProcessPool):
+    """Two slots, and like Ray's pool one result per ``wait``: the search loop refills the
+    slot at once, so the pool is never idle until the budget is spent."""
+
+    num_slots = 2
+
+    @property
+    def free_slots(self) -> int:
+        return self.num_slots - len(self._queue)
+
+    def submit(self, req) -> None:
+        self._queue.append(req)
+
+
+class NoPatches:
+    name = "none"
+
+    def propose(self, ctx, exclude):
+        return [], []
+
+
+def test_a_stall_round_runs_with_two_slots_once_the_trials_in_flight_are_in(tmp_path, monkeypatch):
+    # The simulator has no code to patch; a source that proposes nothing still makes rounds.
+    monkeypatch.setattr(patching, "patch_sources", lambda spec, log_dir: [NoPatches()])
+    spec = tmp_path / "sim.toml"
+    spec.write_text('name = "sim-dense"\nbackend = "sim"\nsim_workload = "dense-9b-h100"\n'
+                    '[budget]\nnum_trials = 12\n[search]\nproposer = "random"\n')
+    contract, cdir = init_campaign(spec, tmp_path / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", bank="off"))
+    rt._pool = TwoSlotPool()
+    run_search(rt, run_doctor(rt), proposer_name="random", num_trials=12)
+    assert [e["why"] for e in events(rt, "patch_round")] == ["after doctor", "search stalled"]
+    # the search trials recorded between the two rounds, and after the second
+    seen = [e["kind"] if e["kind"] == "patch_round" else e["trial_id"] for e in rt.ledger.events()
+            if e["kind"] == "patch_round" or e.get("role") == "search"]
+    stall = seen.index("patch_round", 1)
+    before, after = seen[1:stall], seen[stall + 1:]
+    assert len(before) >= patching.STALL_TRIALS and after
+    # nothing submitted before the round finished after it: no trial was in flight
+    assert max(before) < min(after)
 
 
 def _diff(rel: str, new: str) -> str:
