@@ -245,10 +245,13 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
         rt, doctor = campaign(tmp_path, ref, llm_url=server.base_url, calibrated=True)
         results = {}
 
+        def check(t):
+            return enforce(t, rt.spec.contract, doctor.loss_reference)
+
         def rounds(trials: list) -> None:  # one round per queued answer, each accepted patch measured
             while server.queue:
                 for cfg in patching.patch_round(rt, doctor, trials, why="test"):
-                    r = rt.run_one(cfg, Role.SEARCH, check=lambda t: enforce(t, rt.spec.contract, doctor.loss_reference))
+                    r = rt.run_one(cfg, Role.SEARCH, check=check)
                     patching.retire_violators(rt, r)
                     results[next(k for k, v in cfg.items() if k.startswith("patch_") and v)] = r
 
