@@ -5,11 +5,13 @@ Each (seed, proposer) pair runs a real campaign through the flow on the GPT trai
 precision; 120 configs), with the capacity three quarters of the way from the measured
 micro-batch-2 peak to the hungriest corner's, so that corner really OOMs. Proposers of one
 seed run back to back, so machine drift hits them alike; doctor is measured by the first
-campaign and reused by the rest (same contract, same machine). Two figures per campaign: its own
-*verified* speedup (1.0 when nothing was promoted), and the promoted config *re-measured*
-after all campaigns, side by side with every other campaign's and the baseline in shuffled
-rounds (median over rounds of the baseline's step time over the config's in the same
-round), so that drift between campaigns does not decide the comparison.
+campaign and reused by the rest (same contract, same machine). The experience bank is off
+(``bank="off"``): no campaign reads an earlier one's configs or priors, nor leaves its own
+in the user's bank, so each proposer starts from what the spec gives it. Two figures per
+campaign: its own *verified* speedup (1.0 when nothing was promoted), and the promoted
+config *re-measured* after all campaigns, side by side with every other campaign's and the
+baseline in shuffled rounds (median over rounds of the baseline's step time over the
+config's in the same round), so that drift between campaigns does not decide the comparison.
 
     python benchmarks/cpu_campaigns.py --seeds 3 --budget 10 --out docs/benchmark/cpu
 """
@@ -48,7 +50,7 @@ def main() -> None:
                 spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=args.budget, proposer=proposer,
                                  knobs=WIDE_KNOBS, seed=seed, num_finalists=2, name=f"{proposer}-{seed}.toml")
                 # The first campaign measures doctor afresh (this code, this machine); the rest reuse it.
-                s = campaign(CampaignOptions(spec=str(spec), out=str(tmp / "out"), fresh_doctor=not rows))
+                s = campaign(CampaignOptions(spec=str(spec), out=str(tmp / "out"), fresh_doctor=not rows, bank="off"))
                 rows.append({"seed": seed, "proposer": proposer, "verified_speedup": s["verified_speedup"] or 1.0,
                              "best_search_speedup": s["baseline_step_time_s"] / s["best_step_time_s"]
                              if s["best_step_time_s"] else 1.0,

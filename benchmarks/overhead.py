@@ -3,7 +3,9 @@
 Runs the real campaign flow (Prefect, Ray actors, MLflow on SQLite, the ledger) on a
 job that does no work, then reads the ledger: each search trial's record is stamped when
 it is recorded, so with one slot the gap between two consecutive records minus the
-second trial's process wall time is what orchestration cost for it.
+second trial's process wall time is what orchestration cost for it. The experience bank
+is off (``bank="off"``): the no-op job's campaign neither reads past campaigns nor is
+recorded in the user's bank.
 
     python benchmarks/overhead.py --trials 30
 """
@@ -70,7 +72,7 @@ def main() -> None:
         spec = Path(tmp) / "noop.toml"
         spec.write_text(SPEC.format(dir=work, trials=args.trials))
         t0 = time.perf_counter()
-        summary = campaign(CampaignOptions(spec=str(spec), out=str(Path(tmp) / "out")))
+        summary = campaign(CampaignOptions(spec=str(spec), out=str(Path(tmp) / "out"), bank="off"))
         total_s = time.perf_counter() - t0
         events = [e for e in Ledger(CampaignDir(Path(summary["campaign_dir"])).ledger).events() if e["kind"] == "trial"]
     search = [e for e in events if e["role"] == "search"]

@@ -1,4 +1,5 @@
-"""The experience bank: SQLite round trip, similarity, what a new campaign reads, the CLI."""
+"""The experience bank: SQLite round trip, similarity, what a new campaign reads, the CLI,
+and the campaign flow writing it, reading it, and leaving it alone under --no-bank."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from infrarsi.bank import Bank, CampaignRecord, distance, nearest, nearest_records, open_bank, project
 from infrarsi.bank_campaign import sim_features
 from infrarsi.cli import main
+from infrarsi.ledger import Ledger
 from infrarsi.sim import sim_workload
 from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.workspace import CampaignDir
 
 H100 = {"gpu": "h100-sxm-80gb", "num_devices": 8, "memory_bytes": 80 * 2**30, "cpu": None}
 A100 = {**H100, "gpu": "a100-80gb"}
@@ -115,3 +118,33 @@ def test_bank_cli_lists_shows_and_forgets(tmp_path, capsys):
     assert main(["bank", "--path", str(path), "show", "nope"]) == 2
     assert "infrarsi bank list" in capsys.readouterr().err
     assert main(["bank", "--path", str(path), "forget", "c9"]) == 0 and Bank(path).list() == []
+
+
+def test_a_campaign_writes_the_bank_the_next_reads_it_and_no_bank_does_neither(tmp_path, monkeypatch, capsys,
+                                                                              ray_session, prefect_harness):
+    # The flow through the CLI, with the bank at its default place: the data folder's.
+    monkeypatch.setenv("INFRARSI_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("INFRARSI_BANK")
+    bank = tmp_path / "data" / "bank.sqlite"
+    spec = tmp_path / "sim.toml"
+    spec.write_text('name = "sim-dense"\nbackend = "sim"\nsim_workload = "dense-9b-h100"\n'
+                    '[budget]\nnum_trials = 6\nnum_finalists = 1\nverify_pairs = 2\n[search]\nproposer = "engine"\n')
+
+    def campaign(*flags: str) -> tuple[str, list[dict], dict]:
+        assert main(["campaign", str(spec), "--out", str(tmp_path / "out"), "--json", "--no-progress", *flags]) == 0
+        cid = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["campaign_id"]
+        cdir = CampaignDir(tmp_path / "out" / cid)
+        return cid, list(Ledger(cdir.ledger).events()), cdir.read_json(cdir.search)["describe"]
+
+    first, events, describe = campaign()
+    assert [r["id"] for r in Bank(bank).list()] == [first]  # written at the end
+    assert not [e for e in events if e["kind"] == "experience"] and "bank" not in describe["priors_source"]
+    second, events, describe = campaign()
+    [read] = [e for e in events if e["kind"] == "experience"]
+    assert [c["id"] for c in read["campaigns"]] == [first] and read["configs"]
+    assert describe["priors_source"].startswith("bank+")  # the first campaign's posterior effects
+    searched = [e["config"] for e in events if e["kind"] == "trial" and e["role"] == "search"]
+    assert read["configs"][0] in searched  # the engine starts from the bank's best config
+    third, events, describe = campaign("--no-bank")
+    assert not [e for e in events if e["kind"] == "experience"] and "bank" not in describe["priors_source"]
+    assert sorted(r["id"] for r in Bank(bank).list()) == sorted([first, second])  # nothing written

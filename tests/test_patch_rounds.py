@@ -4,6 +4,7 @@ adversarial cheats submitted as LLM answers (refused, or caught and retired; non
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import sys
@@ -16,12 +17,13 @@ sys.path.insert(0, str(Path(__file__).parent / "adversarial"))
 from adversarial_cheats import SCOPE_CHEATS, TRAIN_CHEATS, edited, replay_cheat  # noqa: E402
 from tests.llm_server import Reply, running_server  # noqa: E402
 from infrarsi.ledger import Ledger  # noqa: E402
+from infrarsi.loss_calibration import calibrate_loss  # noqa: E402
 from infrarsi.patch_sources import BuiltinPatchSource, PatchContext, gate  # noqa: E402
 from infrarsi.patches import builtin_patches, make_diff  # noqa: E402
 from infrarsi.inprocess_pool import InProcessPool  # noqa: E402
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages import patching  # noqa: E402
-from infrarsi.stages.doctor import DoctorReport, adopt_doctor  # noqa: E402
+from infrarsi.stages.doctor import DoctorReport, adopt_doctor, run_doctor  # noqa: E402
 from infrarsi.stages.init import init_campaign, load_campaign  # noqa: E402
 from infrarsi.stages.search import finalists, run_search, search_experience  # noqa: E402
 from infrarsi.bank import Bank  # noqa: E402
@@ -35,7 +37,8 @@ from tests.adversarial.test_adversarial import reference_run, write_spec  # noqa
 
 
 
-def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c") -> tuple[CampaignRuntime, DoctorReport]:
+def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c",
+             calibrated: bool = False) -> tuple[CampaignRuntime, DoctorReport]:
     spec = write_spec(tmp, [])
     # What these tests check is decided by losses and the gate, not by timing: a loaded
     # machine's trials are not re-measured.
@@ -55,6 +58,10 @@ def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c") -> 
         # the loss contract was calibrated per numerics class.
         loss_tolerance=1e-3, loss_tolerance_source="test", calibration=(),
         peak_memory_bytes=ref.peak_memory_bytes, phases_s=dict(ref.phases_s), tokens_per_step=ref.tokens_per_step)
+    if calibrated:  # doctor's class-aware loss contract, from the reference run and the spec's variants
+        losses, rows = calibrate_loss(rt, [ref])
+        doctor = dataclasses.replace(doctor, loss_tolerance=losses.tolerance, loss_tolerance_source="calibrated",
+                                     calibration=tuple(rows), loss_contract=losses.to_json())
     adopt_doctor(rt, doctor)
     return rt, doctor
 
@@ -153,6 +160,67 @@ def test_a_default_campaign_proposes_gates_and_measures_a_builtin_patch(tmp_path
     assert all(rt2.space.is_feasible(c) for c in configs)
 
 
+def _trial(i: int, outcome: Outcome = Outcome.OK, step: float | None = 1.0):
+    from infrarsi.trial import TrialResult
+
+    return TrialResult(trial_id=f"t{i:04d}", config={}, role=Role.SEARCH, outcome=outcome,
+                       step_time_s=step if outcome is Outcome.OK else None)
+
+
+def test_the_search_stalls_after_five_trials_without_a_better_ok_one():
+    n = patching.STALL_TRIALS
+    better = [_trial(i, step=1.0 - i / 100) for i in range(n)]
+    assert not patching.stalled(better)
+    flat = [_trial(0), *(_trial(i, step=1.0) for i in range(1, n)), _trial(n, Outcome.OOM)]  # ties do not count
+    assert patching.stalled(flat) and not patching.stalled(flat[:-1])
+    failed = [_trial(i, Outcome.CRASH) for i in range(n)]  # no ok trial at all is a stall too
+    assert patching.stalled(failed)
+    # at least five trials since the last round, whatever came before it
+    assert not patching.stalled(flat, since=2) and patching.stalled(flat + [_trial(9, step=2.0)], since=1)
+
+
+class TwoSlotPool(InProcessPool):
+    """Two slots, and like Ray's pool one result per ``wait``: the search loop refills the
+    slot at once, so the pool is never idle until the budget is spent."""
+
+    num_slots = 2
+
+    @property
+    def free_slots(self) -> int:
+        return self.num_slots - len(self._queue)
+
+    def submit(self, req) -> None:
+        self._queue.append(req)
+
+
+class NoPatches:
+    name = "none"
+
+    def propose(self, ctx, exclude):
+        return [], []
+
+
+def test_a_stall_round_runs_with_two_slots_once_the_trials_in_flight_are_in(tmp_path, monkeypatch):
+    # The simulator has no code to patch; a source that proposes nothing still makes rounds.
+    monkeypatch.setattr(patching, "patch_sources", lambda spec, log_dir: [NoPatches()])
+    spec = tmp_path / "sim.toml"
+    spec.write_text('name = "sim-dense"\nbackend = "sim"\nsim_workload = "dense-9b-h100"\n'
+                    '[budget]\nnum_trials = 12\n[search]\nproposer = "random"\n')
+    contract, cdir = init_campaign(spec, tmp_path / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", bank="off"))
+    rt._pool = TwoSlotPool()
+    run_search(rt, run_doctor(rt), proposer_name="random", num_trials=12)
+    assert [e["why"] for e in events(rt, "patch_round")] == ["after doctor", "search stalled"]
+    # the search trials recorded between the two rounds, and after the second
+    seen = [e["kind"] if e["kind"] == "patch_round" else e["trial_id"] for e in rt.ledger.events()
+            if e["kind"] == "patch_round" or e.get("role") == "search"]
+    stall = seen.index("patch_round", 1)
+    before, after = seen[1:stall], seen[stall + 1:]
+    assert len(before) >= patching.STALL_TRIALS and after
+    # nothing submitted before the round finished after it: no trial was in flight
+    assert max(before) < min(after)
+
+
 def _diff(rel: str, new: str) -> str:
     return make_diff(rel, (GPT_DIR / rel).read_text(), new)
 
@@ -168,14 +236,25 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
                     if (GPT_DIR / rel).is_file() else
                     f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n@@ -0,0 +1 @@\n+X = 1\n")
              for name, rel in SCOPE_CHEATS.items()}
-    # one cheat the tokens check catches, one the locked-file hash catches (tests/adversarial
-    # runs every cheat; here they arrive as LLM answers)
-    caught = ["fewer_tokens", "tamper_locked_at_runtime"]
-    cheats = {n: _diff(TRAIN_CHEATS[n][0], edited(TRAIN_CHEATS[n][0], TRAIN_CHEATS[n][1])) for n in caught}
+    # every training cheat of tests/adversarial, here as an LLM answer
+    cheats = {n: _diff(rel, edited(rel, edits)) for n, (rel, edits, _) in TRAIN_CHEATS.items()}
     replay = (replay_cheat(tmp_path / "cheats", ref.losses) / "patch.diff").read_text()
     not_applying = _diff("model.py", "x = 1\n").replace("-import math", "-import maths")
     with running_server() as server:
-        rt, doctor = campaign(tmp_path, ref, llm_url=server.base_url)
+        # The calibrated contract holds fp32 configs near-exact (sneak_bf16 is a bf16-sized drift).
+        rt, doctor = campaign(tmp_path, ref, llm_url=server.base_url, calibrated=True)
+        results = {}
+
+        def check(t):
+            return enforce(t, rt.spec.contract, doctor.loss_reference)
+
+        def rounds(trials: list) -> None:  # one round per queued answer, each accepted patch measured
+            while server.queue:
+                for cfg in patching.patch_round(rt, doctor, trials, why="test"):
+                    r = rt.run_one(cfg, Role.SEARCH, check=check)
+                    patching.retire_violators(rt, r)
+                    results[next(k for k, v in cfg.items() if k.startswith("patch_") and v)] = r
+
         server.queue = [
             Reply.json(_answer("")),  # no diff
             Reply.json(_answer(not_applying)),  # a diff that does not apply
@@ -184,15 +263,16 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
             Reply.refused(),
             Reply.hang(5),  # past the 2 s timeout
             *(Reply.json(_answer(d, n)) for n, d in scope.items()),
-            *(Reply.slow(0.2, _answer(cheats[n], n)) for n in caught),
+            *(Reply.slow(0.2, _answer(d, n)) for n, d in cheats.items() if n != "degrade_bf16"),
             Reply.json(_answer(replay, "replay")),
         ]
-        results = {}
-        while server.queue:
-            for cfg in patching.patch_round(rt, doctor, [], why="test"):
-                r = rt.run_one(cfg, Role.SEARCH, check=lambda t: enforce(t, rt.spec.contract, doctor.loss_reference))
-                patching.retire_violators(rt, r)
-                results[next(k for k, v in cfg.items() if k.startswith("patch_") and v)] = r
+        rounds([])
+        # degrade_bf16 acts in bf16 configs only: it arrives when the best config so far is
+        # bf16 (the calibration's bf16 reference run), so that is where it is measured
+        bf16 = [t for t in rt.ledger.trials() if t.config == {"micro_batch": 4, "precision": "bf16"}]
+        assert [t.role for t in bf16] == [Role.CALIBRATE]
+        server.queue = [Reply.slow(0.2, _answer(cheats["degrade_bf16"], "degrade_bf16"))]
+        rounds(bf16)
     refused = {e["name"]: e["reason"] for e in events(rt, "patch_refused")}
     reasons = list(refused.values())
     assert len(refused) == 8, refused
@@ -200,11 +280,13 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
     assert all("malformed answer" in r for r in reasons[2:4]) and "refused" in reasons[4]
     assert "no answer" in reasons[5]
     assert "modifies locked file 'metrics.py'" in reasons[6] and "outside the editable scope" in reasons[7]
-    accepted = [e["name"] for e in events(rt, "patch_accepted")]
-    assert len(accepted) == 3  # two cheats and the replay: only a trial can tell
+    title = {e["knob"]: e["patch"]["title"] for e in events(rt, "patch_accepted")}
+    assert sorted(title.values()) == sorted([*TRAIN_CHEATS, "replay"])  # in scope: only a trial can tell
     retired = {e["knob"] for e in events(rt, "patch_retired")}
     violations = {k for k, r in results.items() if r.outcome is Outcome.CONTRACT_VIOLATION}
-    assert violations == retired and len(violations) == 2, {k: (r.outcome, r.reason) for k, r in results.items()}
+    # every training cheat is caught by its own trial and retired
+    assert violations == retired and {title[k] for k in violations} == set(TRAIN_CHEATS), {
+        title[k]: (r.outcome, r.reason) for k, r in results.items()}
     # a retired patch is a constraint no proposer can cross, and is never asked for again
     assert all(f"not {k}" in rt.spec.constraints for k in retired)
     assert not any(rt.space.is_feasible({**rt.spec.baseline, k: True}) for k in retired)
@@ -215,4 +297,4 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
     assert not verdict.promoted and "contract_violation" in verdict.reason and report.promoted is None
     # every trial the cheats cost is in the ledger; refusals cost none
     assert {t.config.get(replay_knob) for t in Ledger(rt.cdir.ledger).trials() if t.role is Role.VERIFY} == {True}
-    assert len([t for t in Ledger(rt.cdir.ledger).trials() if t.role is Role.SEARCH]) == 3
+    assert len([t for t in Ledger(rt.cdir.ledger).trials() if t.role is Role.SEARCH]) == len(TRAIN_CHEATS) + 1

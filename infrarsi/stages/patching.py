@@ -54,15 +54,16 @@ def rounds_done(rt: CampaignRuntime) -> int:
     return sum(1 for e in rt.ledger.events() if e["kind"] == "patch_round")
 
 
-def stalled(trials: list[TrialResult]) -> bool:
-    """No better ok search result in the last ``STALL_TRIALS`` trials."""
-    best, since = float("inf"), 0
+def stalled(trials: list[TrialResult], *, since: int = 0) -> bool:
+    """No better ok search result in the last ``STALL_TRIALS`` trials, and at least that
+    many finished after the first ``since`` (the trials done at the last patch round)."""
+    best, without = float("inf"), 0
     for r in trials:
         if r.outcome is Outcome.OK and r.step_time_s < best:
-            best, since = r.step_time_s, 0
+            best, without = r.step_time_s, 0
         else:
-            since += 1
-    return since >= STALL_TRIALS
+            without += 1
+    return without >= STALL_TRIALS and len(trials) - since >= STALL_TRIALS
 
 
 def _context(rt: CampaignRuntime, doctor: DoctorReport, trials: list[TrialResult]) -> PatchContext:

@@ -1,12 +1,13 @@
 """run (search half): the proposer suggests, trials fan out over the pool, every result
 is checked against the contract, recorded, and fed back before the next suggestion.
 
-Before the first suggestion (after doctor), and again whenever the search stalls, a patch
-round (``stages.patching``) asks the patch sources for code changes aimed at doctor's
-profile; each accepted patch becomes a knob, the proposer is rebuilt over the grown space
-and replays the history with the new knob off, and the patch is measured first on the best
-config so far. Start configs and priors come from the experience bank (``infrarsi.bank``)
-unless it is off."""
+Before the first suggestion (after doctor), and again whenever the search stalls
+(``patching.stalled``: no slot is refilled then, and the round runs once the trials in
+flight are in), a patch round (``stages.patching``) asks the patch sources for code
+changes aimed at doctor's profile; each accepted patch becomes a knob, the proposer is
+rebuilt over the grown space and replays the history with the new knob off, and the patch
+is measured first on the best config so far. Start configs and priors come from the
+experience bank (``infrarsi.bank``) unless it is off."""
 
 from __future__ import annotations
 
@@ -130,15 +131,17 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
     queued: list[Config] = []  # patch measurements, run before the proposer's next picks
     max_rounds = rt.spec.search.patch_rounds if patching.patch_sources(rt.spec, None) else 0
     last_round = len(done)
+    round_due = False  # once due, no slot is refilled: the round runs when the in-flight trials are in
     while True:
         rounds = patching.rounds_done(rt)
-        if (not pool.busy and not queued and submitted < num_trials and rounds < max_rounds
-                and (rounds == 0 or (patching.stalled(done) and len(done) - last_round >= patching.STALL_TRIALS))):
+        round_due = round_due or (not queued and submitted < num_trials and rounds < max_rounds
+                                  and (rounds == 0 or patching.stalled(done, since=last_round)))
+        if round_due and not pool.busy:
             queued = patching.patch_round(rt, doctor, observed, why="after doctor" if rounds == 0 else "search stalled")
-            last_round = len(done)
+            last_round, round_due = len(done), False
             if queued:
                 proposer = rebuilt(proposer)
-        while pool.free_slots and submitted < num_trials:
+        while not round_due and pool.free_slots and submitted < num_trials:
             configs = [queued.pop(0)] if queued else proposer.suggest(min(pool.free_slots, batch,
                                                                           num_trials - submitted))
             if not configs:
