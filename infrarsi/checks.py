@@ -100,11 +100,11 @@ class LossReference:
         if dev.score <= self.tolerance:
             return []
         side = "below" if dev.signed < 0 else "above"
-        return [f"{what} is {_pct(dev.score)} {side} {self.name} over the trajectory (mean {_pct(dev.mean, '+')}, "
-                f"trend at the last point {_pct(dev.trend_end, '+')}; tolerance {_pct(self.tolerance)})"]
+        return [f"{what} is {pct(dev.score)} {side} {self.name} over the trajectory (mean {pct(dev.mean, '+')}, "
+                f"trend at the last point {pct(dev.trend_end, '+')}; tolerance {pct(self.tolerance)})"]
 
 
-def _pct(x: float, sign: str = "") -> str:
+def pct(x: float, sign: str = "") -> str:
     """A relative deviation as a percentage that stays readable at near-exact tolerances."""
     return f"{x:{sign}.2%}" if abs(x) >= 1e-4 or x == 0 else f"{x * 100:{sign}.2g}%"
 

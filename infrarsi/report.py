@@ -12,8 +12,11 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from infrarsi.checks import pct
 from infrarsi.ledger import Ledger
+from infrarsi.loss_contract import LossContract
 from infrarsi.mfu import campaign_mfu
+from infrarsi.numerics import describe
 from infrarsi.report_promotion import (contribution_sections, final_verification, noise_bullets, promoted_verdict,
                                        promotion_summary, result_bullets, verification_blocks)
 from infrarsi.trial import Outcome, Role, TrialResult
@@ -196,6 +199,14 @@ def _result_blocks(s: dict[str, Any], baseline: dict, verified_any: bool) -> lis
     return [head, {"bullets": bullets}]
 
 
+def _tolerances(doctor: dict) -> str:
+    """Each numerics class's calibrated tolerance (one figure for a report made without classes)."""
+    if not doctor.get("loss_contract"):
+        return pct(doctor["loss_tolerance"])
+    return ", ".join(f"{describe(c.settings)} {'no reference' if c.failure else pct(c.tolerance)}"
+                     for c in LossContract.from_json(doctor["loss_contract"]).classes)
+
+
 def _doctor_blocks(doctor: dict | None, spec: dict, verification: dict) -> list[dict[str, Any]]:
     if not doctor:
         return [{"text": "Doctor has not finished."}]
@@ -204,7 +215,7 @@ def _doctor_blocks(doctor: dict | None, spec: dict, verification: dict) -> list[
                *noise_bullets(doctor, verification if verification["verdicts"] else None),
                f"start-up (launch to steady steps) {doctor.get('startup_s', 0.0):.2f} s",
                f"peak memory {_fmt_bytes(doctor['peak_memory_bytes'])} (capacity {_fmt_bytes(spec['device']['memory_capacity'])})",
-               f"loss tolerance {doctor['loss_tolerance']:.2%} ({doctor['loss_tolerance_source']})",
+               f"loss tolerance {_tolerances(doctor)} ({doctor['loss_tolerance_source']})",
                "phases (median per step): " + ", ".join(f"{k} {_fmt_s(v)}" for k, v in doctor["phases_s"].items())]
     calibration = _tbl(["calibration variant", "outcome", "max loss deviation"],
                        ([c["config"], c.get("outcome", "ok"), "-" if c["deviation"] is None else f"{c['deviation']:.2e}"]

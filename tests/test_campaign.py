@@ -2,6 +2,7 @@
 the tiny GPT, a SQLite MLflow store, a git repository. One campaign, several assertions."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -75,6 +76,9 @@ def test_the_report_exists_and_can_be_rebuilt_from_the_folder(campaign, capsys):
     summary, cdir, _ = campaign
     md = cdir.report_md.read_text()
     assert "Verified speedup" in md and "| oom |" in md
+    # every numerics class's tolerance, readable at near-exact values (not "0.00%")
+    assert re.search(r"loss tolerance the baseline's numerics [0-9.e-]+%, precision=bf16 [0-9.e-]+% ", md)
+    assert "loss tolerance 0.00%" not in md
     assert main(["report", str(cdir.root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["campaign_id"] == summary["campaign_id"]
 
