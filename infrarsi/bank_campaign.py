@@ -39,7 +39,7 @@ def campaign_features(contract: Contract, trials: list[TrialResult]) -> tuple[di
           "num_devices": res.gpus_per_trial or res.cpus_per_trial,
           "memory_bytes": int(spec.device.memory_capacity), "cpu": fp.get("cpu")}
     start = next((r.extra.get("start") for r in trials if r.extra.get("start")), None) or {}
-    wl = {"num_params": start.get("num_params"), "num_layers": None, "seq_len": spec.contract.seq_len,
+    wl = {"num_params": start.get("num_params"), "num_layers": start.get("num_layers"), "seq_len": spec.contract.seq_len,
           "moe": "moe" in str(start.get("flavour", "")).lower(), "tokens_per_step": spec.contract.global_batch_tokens}
     return hw, wl
 

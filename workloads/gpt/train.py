@@ -265,6 +265,7 @@ def train(config: TrainConfig, placement: Placement, grad_accum_steps: int) -> N
     metrics.start(
         flavour=config.flavour,
         num_params=model.num_params,  # a sharded parameter counts its global size
+        num_layers=model.config.num_layers,
         flops_per_token=flops_per_token(model.config, config.seq_len),
         seq_len=config.seq_len,
         global_batch_tokens=config.global_batch_tokens,
