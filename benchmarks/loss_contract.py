@@ -1,13 +1,13 @@
 """Error rates of the loss contract at the tolerances doctor calibrates.
 
 For each job: doctor runs as in a campaign (baseline repeats, the spec's calibration
-variants, a reference and honest splits per numerics class, at the contract seed and at
-``contract.calibration_seeds`` more); then every honest variant (held out: none of them
-is a calibration variant) and every cheat runs once through the real path (patch
-worktree -> launcher -> ``checks.enforce``), and every honest variant runs again at two
-canary seeds (the first verification round's, the third minimization round's), checked
-against its class's reference run at that seed as verification checks it. The table
-counts honest variants rejected and cheats accepted; both must be 0.
+variants, a reference and honest splits per numerics class); then every honest variant
+(held out: none of them is a calibration variant) and every cheat runs once through the
+real path (patch worktree -> launcher -> ``checks.enforce``), then all of them again at
+two canary seeds (the first verification round's, the third minimization round's),
+checked against their class's reference run at that seed as verification checks them
+(with the seed's own honest spread). The table counts honest variants rejected and
+cheats accepted at the contract seed and at the canary seeds; all must be 0.
 
     python benchmarks/loss_contract.py                       # every job
     python benchmarks/loss_contract.py --jobs lastmb-eval    # one
@@ -95,24 +95,24 @@ def measure(rt: CampaignRuntime, honest: list[dict], cheats: list[tuple[str, dic
         return rt.run_one({**baseline, **config}, Role.SEARCH,
                           check=lambda t: enforce(t, rt.spec.contract, losses))
 
+    # (kind, label, config): every honest variant and every cheat, first at the contract
+    # seed as the search checks them, then at each canary seed as verification checks them.
+    variants = ([("honest", cfg, cfg) for cfg in honest]
+                + [("cheat", {"patch": name, **knobs}, {**knobs, f"patch_{name}": True}) for name, knobs in cheats])
     rows = []
-    for cfg in honest:
+    for kind, label, cfg in variants:
         r = run(cfg)
-        rows.append({"kind": "honest", "config": cfg, "outcome": r.outcome.value, "reason": r.reason})
-    for seed in canary_seeds:  # each honest variant again, checked as verification checks it
-        contract = rt.spec.contract
+        rows.append({"kind": kind, "config": label, "outcome": r.outcome.value, "reason": r.reason})
+    contract = rt.spec.contract
+    for seed in canary_seeds:
         a = rt.run_one(baseline, Role.VERIFY_BASELINE, seed=seed, check=lambda t: enforce(t, contract, None))
-        check = canary_loss_check(contract, losses, a, seed, [{**baseline, **c} for c in honest],
+        check = canary_loss_check(contract, losses, a, seed, [{**baseline, **cfg} for _, _, cfg in variants],
                                   lambda cfg: rt.run_one(cfg, Role.VERIFY_BASELINE, seed=seed),
                                   canary_split_runner(rt, seed))
-        for cfg in honest:
+        for kind, label, cfg in variants:
             r = rt.run_one({**baseline, **cfg}, Role.VERIFY, seed=seed, check=check)
-            rows.append({"kind": "honest", "config": cfg, "seed": seed, "outcome": r.outcome.value,
+            rows.append({"kind": kind, "config": label, "seed": seed, "outcome": r.outcome.value,
                          "reason": r.reason})
-    for name, knobs in cheats:
-        r = run({**knobs, f"patch_{name}": True})
-        rows.append({"kind": "cheat", "config": {"patch": name, **knobs}, "outcome": r.outcome.value,
-                     "reason": r.reason})
     classes = {(", ".join(f"{k}={v}" for k, v in c.settings) or "baseline numerics"): c.tolerance
                for c in losses.classes}
     return {"signal": losses.signal, "tolerances": classes, "warnings": list(losses.warnings), "rows": rows,
@@ -128,8 +128,9 @@ def job(name: str, tmp: Path, flavour: str) -> dict:
     rt = (builtin_runtime(tmp, flavour) if name == "builtin"
           else runtime(tmp, name.split("-", 1)[1], [cheat_patch(tmp / "cheats", c) for c in JOB_CHEATS]))
     seed = rt.spec.contract.seed
-    # The first verification round's seed and the third minimization round's (where the
-    # default campaign saw honest runs rejected before doctor calibrated at more seeds).
+    # The first verification round's seed, and the third minimization round's (where a loss
+    # spike amplifies rounding on the debug flavour: the seed that rejected honest runs in the
+    # default campaign before the canary check judged them at the seed's own honest spread).
     canaries = [canary_seed(seed, 0), seed + SEED_OFFSET + 2]
     if name == "builtin":
         return measure(rt, BUILTIN_HONEST, BUILTIN_CHEATS, canaries)
@@ -138,14 +139,17 @@ def job(name: str, tmp: Path, flavour: str) -> dict:
 
 def table(results: dict[str, dict]) -> str:
     lines = ["| job | signal | calibrated tolerance per numerics class | honest rejected (contract seed; "
-             "canary seeds) | cheats accepted |", "|---|---|---|---|---|"]
+             "canary seeds) | cheats accepted (contract seed; canary seeds) |", "|---|---|---|---|---|"]
     for name, r in results.items():
         tol = "; ".join(f"{k} {v:.2g}" for k, v in r["tolerances"].items())
         at = {"contract": [x for x in r["rows"] if x["kind"] == "honest" and "seed" not in x],
               "canary": [x for x in r["rows"] if x["kind"] == "honest" and "seed" in x]}
         rejected = "; ".join(f"{sum(x['outcome'] == 'contract_violation' for x in xs)} of {len(xs)}"
                              for xs in at.values())
-        lines.append(f"| {name} | {r['signal']} | {tol} | {rejected} | {r['cheats_accepted']} of {r['cheats']} |")
+        cheats = {"contract": [x for x in r["rows"] if x["kind"] == "cheat" and "seed" not in x],
+                  "canary": [x for x in r["rows"] if x["kind"] == "cheat" and "seed" in x]}
+        accepted = "; ".join(f"{sum(x['outcome'] == 'ok' for x in xs)} of {len(xs)}" for xs in cheats.values())
+        lines.append(f"| {name} | {r['signal']} | {tol} | {rejected} | {accepted} |")
     return "\n".join(lines)
 
 
