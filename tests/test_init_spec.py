@@ -73,6 +73,35 @@ def test_init_on_a_hugging_face_script_takes_what_its_help_knows(tmp_path, monke
     assert len(load_spec(folder / "init.toml").space.feasible) > 1  # a valid spec as written
 
 
+def test_init_on_a_hugging_face_script_offers_one_precision_switch(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    folder = shutil.copytree(HF, tmp_path / "job")
+    monkeypatch.chdir(folder)
+    assert main(["init", "-o", "init.toml", "--no-dry-run", "--", "python", "train.py", "--output_dir", "hf-out",
+                 "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "8",
+                 "--use_cpu", "True"]) == 0
+    text = (folder / "init.toml").read_text()
+    knobs = tomllib.loads(text)["knobs"]
+    # --bf16 and --fp16 as two knobs would let a config switch both on, which the Trainer rejects
+    assert [n for n, k in knobs.items() if k["kind"] == "precision"] == ["bf16"] and "fp16" not in knobs
+    assert knobs["bf16"]["values"] == [False, True] and knobs["bf16"]["levels"] == {"false": "fp32", "true": "bf16"}
+    assert "# --fp16 is not a knob: --bf16 is the one precision knob" in text
+    assert len(load_spec(folder / "init.toml").space.feasible) > 1
+
+
+def test_a_precision_switch_the_command_turns_on_is_the_one_kept():
+    from infrarsi.init_spec import build_spec
+    from infrarsi.launch_command import Flag
+
+    command = ["python", "train.py", "--fp16", "True"]
+    known = [Flag("bf16", "--bf16", False, "separate"), Flag("fp16", "--fp16", False, "separate")]
+    draft = build_spec(parse_command(command), known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    knobs = draft.data["knobs"]
+    assert "bf16" not in knobs and knobs["fp16"]["values"] == [True, False]
+    assert knobs["fp16"]["levels"] == {"false": "fp32", "true": "fp16"} and draft.data["baseline"]["fp16"] is True
+    assert any(n.startswith("--bf16 is not a knob: --fp16") for n in draft.notes)
+
+
 def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
     from infrarsi.init_spec import _short, build_spec, render_toml
     from infrarsi.launch_command import Flag
