@@ -130,6 +130,27 @@ def _candidates(flag: Flag, kind: str, cpus: int) -> tuple[list, dict]:
     return [], {}
 
 
+def _one_knob_per_kind(flags: list[Flag], given: set[str], product: int | None, style: str,
+                       cpus: int) -> dict[str, Flag]:
+    """Flags left out so that each kind has one knob: name -> the flag kept for its kind.
+
+    Two knobs of one kind can select settings that exclude each other (``--bf16 True
+    --fp16 True``, which the Hugging Face Trainer rejects) or be aliases of one setting
+    (``--gradient_checkpointing`` and ``--activation_checkpointing``). The knob kept is a
+    switch the command turns on, else the first of the command's flags then ``--help``'s,
+    with fp16 last: CPUs run it poorly if at all, and bf16 covers the same question."""
+    groups: dict[str, list[Flag]] = {}
+    for flag in flags:
+        kind = kind_of(flag.name)
+        if kind not in (None, "micro_batch", "grad_accum") and _knob(flag, product, style, cpus) is not None:
+            groups.setdefault(kind, []).append(flag)
+    left_out: dict[str, Flag] = {}
+    for group in groups.values():
+        keep = min(group, key=lambda f: (not (f.name in given and f.value is True), f.name == "fp16"))
+        left_out.update({f.name: keep for f in group if f is not keep})
+    return left_out
+
+
 @dataclass
 class Draft:
     """The spec being written, with comments for the keys the user must look at."""
@@ -193,6 +214,16 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns,
     split = mb is not None and ga is not None and isinstance(mb.value, int) and isinstance(ga.value, int)
     product = mb.value * ga.value if split else None
     from_help: set[str] = set()  # contract fields taken from --help's defaults
+    knob_product = product * (cmd.nproc or 1) if split else None
+    left_out = _one_knob_per_kind(every, given, knob_product, style, cpus)
+    for kept in {f.name: f for f in left_out.values()}.values():
+        names = [f.spelled for f in every if f.name in left_out and left_out[f.name] is kept]
+        kind = kind_of(kept.name)
+        why = ("two precision switches could both be on (--bf16 with --fp16 the Trainer rejects); fp16 is a knob "
+               "only where the command turns it on, as CPUs run it poorly if at all" if kind == "precision" else
+               f"two {kind} knobs could clash or be aliases of one setting")
+        draft.notes.append(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not a knob: {kept.spelled} is "
+                           f"the one {kind} knob, since {why}")
     for flag in every:
         field_name = contract_field_of(flag.name)
         if field_name and field_name not in contract and (flag.name in given or _usable_default(field_name, flag)):
@@ -201,7 +232,7 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], patterns: GuessedPatterns,
             if flag.name not in given:
                 from_help.add(field_name)
             continue
-        knob = _knob(flag, product * (cmd.nproc or 1) if split else None, style, cpus)
+        knob = None if flag.name in left_out else _knob(flag, knob_product, style, cpus)
         if knob is None:
             if flag.name in given:
                 template += [flag.spelled] if flag.style == "switch" else _fmt(flag, flag.value)

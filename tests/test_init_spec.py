@@ -73,6 +73,63 @@ def test_init_on_a_hugging_face_script_takes_what_its_help_knows(tmp_path, monke
     assert len(load_spec(folder / "init.toml").space.feasible) > 1  # a valid spec as written
 
 
+def test_init_on_a_hugging_face_script_offers_one_precision_and_one_checkpointing_switch(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    folder = shutil.copytree(HF, tmp_path / "job")
+    monkeypatch.chdir(folder)
+    assert main(["init", "-o", "init.toml", "--no-dry-run", "--", "python", "train.py", "--output_dir", "hf-out",
+                 "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "8",
+                 "--use_cpu", "True"]) == 0
+    text = (folder / "init.toml").read_text()
+    made = tomllib.loads(text)
+    knobs = made["knobs"]
+    # --bf16 and --fp16 as two knobs would let a config switch both on, which the Trainer rejects
+    assert [n for n, k in knobs.items() if k["kind"] == "precision"] == ["bf16"] and "fp16" not in knobs
+    assert knobs["bf16"]["values"] == [False, True] and knobs["bf16"]["levels"] == {"false": "fp32", "true": "bf16"}
+    assert "# --fp16 is not a knob: --bf16 is the one precision knob" in text
+    # --help prints "(default: None)" for the checkpointing switch: no default, not the string 'None'
+    ckpt = [n for n, k in knobs.items() if k["kind"] == "checkpointing"]
+    assert len(ckpt) == 1 and ckpt[0] in ("activation_checkpointing", "gradient_checkpointing"), ckpt  # 5.x, 4.x
+    assert knobs[ckpt[0]]["values"] == [False, True] and made["baseline"][ckpt[0]] is False
+    assert "None" not in [str(v) for k in knobs.values() for v in k["values"]] + list(map(str, made["baseline"]))
+    assert len(load_spec(folder / "init.toml").space.feasible) > 1
+
+
+def test_a_precision_switch_the_command_turns_on_is_the_one_kept():
+    from infrarsi.init_spec import build_spec
+    from infrarsi.launch_command import Flag
+
+    command = ["python", "train.py", "--fp16", "True"]
+    known = [Flag("bf16", "--bf16", False, "separate"), Flag("fp16", "--fp16", False, "separate")]
+    draft = build_spec(parse_command(command), known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    knobs = draft.data["knobs"]
+    assert "bf16" not in knobs and knobs["fp16"]["values"] == [True, False]
+    assert knobs["fp16"]["levels"] == {"false": "fp32", "true": "fp16"} and draft.data["baseline"]["fp16"] is True
+    assert any(n.startswith("--bf16 is not a knob: --fp16") for n in draft.notes)
+
+
+def test_help_defaults_of_none_are_no_default(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import argparse\n"
+        "p = argparse.ArgumentParser(formatter_class=argparse.ArgumentDefaultsHelpFormatter)\n"
+        "p.add_argument('--gradient_checkpointing', nargs='?', const=True, default=None, help='recompute')\n"
+        "p.add_argument('--bf16', nargs='?', const=True, default=False, help='bfloat16')\n"
+        "p.add_argument('--seq_len', type=int, default=None, help='tokens per sequence')\n"
+        "p.add_argument('--steps', type=int, default=20, help='steps')\n"
+        "p.add_argument('--report_to', default='none', help='where')\n"
+        "p.parse_args()\n")
+    cmd = parse_command(["python", "train.py", "--steps", "5"])
+    known = help_flags(cmd, tmp_path)
+    assert {f.name: f.value for f in known} == {"gradient_checkpointing": None, "bf16": False, "seq_len": None, "steps": 20,
+                     "report_to": "none"}
+    from infrarsi.init_spec import build_spec
+
+    draft = build_spec(cmd, known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    assert draft.data["knobs"]["gradient_checkpointing"]["values"] == [False, True]
+    assert draft.data["contract"]["seq_len"] == 1  # no default: a placeholder, not int('None')
+    assert "PLACEHOLDER" in draft.confirm["contract.seq_len"] and "--seq_len" not in draft.data["command"]
+
+
 def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
     from infrarsi.init_spec import _short, build_spec, render_toml
     from infrarsi.launch_command import Flag
