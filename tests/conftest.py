@@ -3,16 +3,19 @@
 import os
 import tempfile
 
-import pytest
-from prefect_server import prefect_server  # noqa: F401  (a session fixture: a real server on loopback)
-from staged_campaign import staged_campaigns  # noqa: F401  (a session fixture: two finished sim campaigns)
-
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Campaigns that name no folder or store use the data folder: never the user's, in tests.
 os.environ.setdefault("INFRARSI_DATA_DIR", tempfile.mkdtemp(prefix="infrarsi-test-data-"))
+# Prefect's persisted task results (doctor's cache among them) stay in this run: a doctor
+# cached by an earlier run of the suite on this machine must not stand in for this one's.
+os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", tempfile.mkdtemp(prefix="infrarsi-test-prefect-results-"))
 # Campaigns in tests neither read nor write an experience bank; bank tests pass a path.
 os.environ["INFRARSI_BANK"] = "off"
+
+import pytest  # noqa: E402
+from prefect_server import prefect_server  # noqa: E402,F401  (a session fixture: a real server on loopback)
+from staged_campaign import staged_campaigns  # noqa: E402,F401  (a session fixture: two finished sim campaigns)
 
 
 @pytest.fixture(scope="session")
