@@ -241,7 +241,8 @@ def canary_split_runner(rt: CampaignRuntime, seed: int) -> Callable[[Config], Tr
     is infeasible), recorded as a calibration run, which resumed verification and
     minimization do not replay as one of their own."""
     def run(cfg: Config) -> TrialResult | None:
-        if not rt.space.is_feasible(cfg):
+        # A patch accepted during the run is a knob the doctor's baseline lacks: it is off.
+        if not rt.space.is_feasible({**dict.fromkeys(rt.space.names, False), **cfg}):
             return None
         return rt.run_one(cfg, Role.CALIBRATE, seed=seed, check=lambda t: enforce(t, rt.spec.contract, None))
     return run

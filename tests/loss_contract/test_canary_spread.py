@@ -86,3 +86,20 @@ def test_an_honest_split_passes_at_the_seeds_own_spread_and_a_larger_change_does
     # The honest split ran once for both candidates, at the canary seed, as a calibration run.
     splits = [r for r in rt.ledger.trials() if r.trial_id not in before and r.role is Role.CALIBRATE]
     assert [(dict(r.config), r.extra.get("job_seed")) for r in splits] == [({"split": 3}, 2234)]
+
+
+def test_the_seeds_spread_is_measured_after_a_patch_joined_the_space(campaign):
+    """A patch accepted during the run is a knob doctor's baseline lacks, and constraints
+    name it (the default campaign once stopped here with a KeyError). Runs last: it grows
+    the module's space."""
+    from infrarsi.patches import Patch, make_diff
+    from infrarsi.stages.patching import _grow
+
+    rt, doctor = campaign
+    source = (Path(rt.contract.workdir) / "fake_workload.py").read_text()
+    _grow(rt, add=Patch(name="comment", title="a comment", files_touched=("fake_workload.py",),
+                        diff=make_diff("fake_workload.py", source, "# a comment\n" + source)))
+    _grow(rt, retire="patch_comment")  # a constraint that names the new knob
+    [honest] = _at_canary(rt, doctor, [2], local=True)
+    assert honest.outcome is Outcome.OK, honest.reason
+    assert honest.extra["loss_tolerance_at_seed"] == pytest.approx(4e-5, rel=1e-3)
