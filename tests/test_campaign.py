@@ -2,7 +2,6 @@
 the tiny GPT, a SQLite MLflow store, a git repository. One campaign, several assertions."""
 
 import json
-import re
 import subprocess
 import sys
 
@@ -10,6 +9,9 @@ import git
 import pytest
 from mlflow.tracking import MlflowClient
 
+from infrarsi.checks import pct
+from infrarsi.loss_contract import LossContract
+from infrarsi.numerics import describe
 from infrarsi.testing import oom_capacity, tiny_spec
 from infrarsi.cli import main
 from infrarsi.ledger import Ledger
@@ -76,9 +78,11 @@ def test_the_report_exists_and_can_be_rebuilt_from_the_folder(campaign, capsys):
     summary, cdir, _ = campaign
     md = cdir.report_md.read_text()
     assert "Verified speedup" in md and "| oom |" in md
-    # every numerics class's tolerance, readable at near-exact values (not "0.00%")
-    assert re.search(r"loss tolerance the baseline's numerics [0-9.e-]+%, precision=bf16 [0-9.e-]+% ", md)
-    assert "loss tolerance 0.00%" not in md
+    # every numerics class's tolerance, readable at near-exact values (3e-6 is not "0.00%")
+    line = next(line for line in md.splitlines() if line.startswith("- loss tolerance "))
+    classes = LossContract.from_json(json.loads(cdir.doctor.read_text())["loss_contract"]).classes
+    assert all(f"{describe(c.settings)} {pct(c.tolerance)}" in line for c in classes)
+    assert "0.00%" not in line and "0.0003%" in line  # the fp32 class at its 3e-6 floor
     assert main(["report", str(cdir.root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["campaign_id"] == summary["campaign_id"]
 
