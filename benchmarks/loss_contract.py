@@ -142,15 +142,17 @@ def table(results: dict[str, dict]) -> str:
              "canary seeds) | cheats accepted (contract seed; canary seeds) |", "|---|---|---|---|---|"]
     for name, r in results.items():
         tol = "; ".join(f"{k} {v:.2g}" for k, v in r["tolerances"].items())
-        at = {"contract": [x for x in r["rows"] if x["kind"] == "honest" and "seed" not in x],
-              "canary": [x for x in r["rows"] if x["kind"] == "honest" and "seed" in x]}
-        rejected = "; ".join(f"{sum(x['outcome'] == 'contract_violation' for x in xs)} of {len(xs)}"
-                             for xs in at.values())
-        cheats = {"contract": [x for x in r["rows"] if x["kind"] == "cheat" and "seed" not in x],
-                  "canary": [x for x in r["rows"] if x["kind"] == "cheat" and "seed" in x]}
-        accepted = "; ".join(f"{sum(x['outcome'] == 'ok' for x in xs)} of {len(xs)}" for xs in cheats.values())
+        rejected = _counts(r["rows"], "honest", Outcome.CONTRACT_VIOLATION.value)
+        accepted = _counts(r["rows"], "cheat", Outcome.OK.value)
         lines.append(f"| {name} | {r['signal']} | {tol} | {rejected} | {accepted} |")
     return "\n".join(lines)
+
+
+def _counts(rows: list[dict], kind: str, outcome: str) -> str:
+    """'n of N; m of M': runs of ``kind`` with ``outcome`` at the contract seed; at the canary seeds."""
+    return "; ".join(f"{sum(x['outcome'] == outcome for x in xs)} of {len(xs)}"
+                     for xs in ([x for x in rows if x["kind"] == kind and ("seed" in x) == canary]
+                                for canary in (False, True)))
 
 
 def main() -> int:

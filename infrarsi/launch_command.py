@@ -124,8 +124,8 @@ def help_flags(command: ParsedCommand, cwd: Path, timeout_s: float = 120) -> lis
                          out.stdout, re.M):
         spelled, metavar, text = m.group(1), m.group(2), m.group(3)
         default = re.search(r"\(default:\s*([^)]*)\)|defaults? to `?([^`\s.,)]+)", text)
-        raw = (default.group(1) or default.group(2)).strip() if default else "None"
-        value = None if raw == "None" else _literal(raw)  # argparse prints a missing default as None
+        raw = (default.group(1) or default.group(2)).strip() if default else None
+        value = None if raw in (None, "None") else _literal(raw)  # argparse prints a missing default as None
         style = "switch" if metavar is None else "separate"
         choices = [_literal(c) for c in metavar[1:-1].split(",")] if metavar and metavar.startswith("{") else None
         if spelled != "--help":

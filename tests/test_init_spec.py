@@ -120,8 +120,8 @@ def test_help_defaults_of_none_are_no_default(tmp_path):
         "p.parse_args()\n")
     cmd = parse_command(["python", "train.py", "--steps", "5"])
     known = help_flags(cmd, tmp_path)
-    assert {f.name: f.value for f in known} == {"gradient_checkpointing": None, "bf16": False, "seq_len": None, "steps": 20,
-                     "report_to": "none"}
+    assert {f.name: f.value for f in known} == {"gradient_checkpointing": None, "bf16": False, "seq_len": None,
+                                                "steps": 20, "report_to": "none"}
     from infrarsi.init_spec import build_spec
 
     draft = build_spec(cmd, known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
