@@ -1,7 +1,7 @@
 """Search benchmark on generated jobs: a development split to tune on, a held-out split to report.
 
-The jobs come from ``infrarsi.sim.generator`` (fixed seeds in ``DEVELOPMENT_SEEDS`` and
-``HELD_OUT_SEEDS``). Each (proposer, job, seed) run is the sequential ``suggest(1)`` loop
+The jobs come from ``infrarsi.sim.generator`` (fixed seeds in ``DEVELOPMENT_SEEDS``,
+``EXTRA_DEVELOPMENT_SEEDS`` and ``HELD_OUT_SEEDS``). Each (proposer, job, seed) run is the sequential ``suggest(1)`` loop
 of ``search_benchmark.run_one``; a run's score is its noise-free speedup over the baseline
 as a fraction of the oracle's. Per split and budget: the median, the worst decile (10th
 percentile) and the mean of that fraction over every (job, seed) run, and the share of
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 from search_benchmark import _one_thread, run_one, score  # noqa: E402
 
 from infrarsi.sim import oracle, sim_workload  # noqa: E402
-from infrarsi.sim.generator import split_names  # noqa: E402
+from infrarsi.sim.generator import SPLITS, split_names  # noqa: E402
 
 DEFAULT_PROPOSERS = ("engine", "tpe+warm", "tpe", "random")
 # What each proposer is given, for the tables.
@@ -121,7 +121,7 @@ def markdown(split: str, oracles: dict, summary: dict, meta: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", choices=("development", "held-out"), required=True)
+    ap.add_argument("--split", choices=tuple(SPLITS), required=True)
     ap.add_argument("--jobs", type=int, default=None, help="only the first N jobs of the split (for iterating)")
     ap.add_argument("--budgets", type=int, nargs="+", default=[10, 20])
     ap.add_argument("--seeds", type=int, default=2)

@@ -31,8 +31,11 @@ from infrarsi.sim.job import Job, columns
 from infrarsi.sim.workloads import Workload, knob_space
 
 PREFIX = "gen-"
-# Fixed splits. Tune only on DEVELOPMENT_SEEDS; HELD_OUT_SEEDS are for the headline table.
+# Fixed splits. Tune only on DEVELOPMENT_SEEDS (and EXTRA_DEVELOPMENT_SEEDS, 64 more jobs
+# drawn the same way for choices that 32 jobs cannot tell apart); HELD_OUT_SEEDS are for
+# the headline table.
 DEVELOPMENT_SEEDS = tuple(range(1000, 1032))
+EXTRA_DEVELOPMENT_SEEDS = tuple(range(2000, 2064))
 HELD_OUT_SEEDS = tuple(range(5000, 5032))
 
 DENSE_MODELS = ("llama2-7b", "mistral-7b", "llama3-8b", "mpt-7b", "llama2-13b", "qwen2.5-14b", "qwen2.5-32b",
@@ -143,7 +146,11 @@ def generated_workload(seed: int) -> Workload:
     raise RuntimeError(f"generator seed {seed}: no runnable job in {_MAX_DRAWS} draws")  # not reached in practice
 
 
+SPLITS = {"development": DEVELOPMENT_SEEDS, "development-extra": EXTRA_DEVELOPMENT_SEEDS,
+          "held-out": HELD_OUT_SEEDS}
+
+
 def split_names(split: str) -> tuple[str, ...]:
-    """Workload names of the ``development`` or ``held-out`` split."""
-    seeds = {"development": DEVELOPMENT_SEEDS, "held-out": HELD_OUT_SEEDS}[split]
+    """Workload names of the ``development``, ``development-extra`` or ``held-out`` split."""
+    seeds = SPLITS[split]
     return tuple(f"{PREFIX}{s}" for s in seeds)

@@ -1,7 +1,8 @@
 """Generated benchmark jobs: fixed, disjoint splits of runnable, varied jobs."""
 
 from infrarsi.sim import oracle, sim_workload, simulate_trial
-from infrarsi.sim.generator import DEVELOPMENT_SEEDS, HELD_OUT_SEEDS, MIN_BASELINE_MFU, STYLES, split_names
+from infrarsi.sim.generator import (DEVELOPMENT_SEEDS, EXTRA_DEVELOPMENT_SEEDS, HELD_OUT_SEEDS, MIN_BASELINE_MFU,
+                                    STYLES, split_names)
 from infrarsi.sim.cost import estimate
 from infrarsi.sim.job import columns
 from infrarsi.trial import Outcome
@@ -10,6 +11,7 @@ from infrarsi.trial import Outcome
 def test_splits_are_fixed_disjoint_and_large_enough():
     assert len(DEVELOPMENT_SEEDS) >= 30 and len(HELD_OUT_SEEDS) >= 30
     assert not set(DEVELOPMENT_SEEDS) & set(HELD_OUT_SEEDS)
+    assert not (set(DEVELOPMENT_SEEDS) | set(EXTRA_DEVELOPMENT_SEEDS)) & set(HELD_OUT_SEEDS)
     assert split_names("held-out")[0] == f"gen-{HELD_OUT_SEEDS[0]}"
 
 
