@@ -53,10 +53,19 @@ def _spec_repo(tmp: Path) -> str:
 
 
 def _run_like_the_ui(server, deployment_id: str, options: dict):
-    """POST /deployments/{id}/create_flow_run, as the UI's custom run form does."""
-    return server.api("POST", f"/deployments/{deployment_id}/create_flow_run", json={
-        "parameters": {"options": options}, "enforce_parameter_schema": True,
-        "state": {"type": "SCHEDULED", "message": "Run from the Prefect UI"}})
+    """POST /deployments/{id}/create_flow_run, as the UI's custom run form does.
+
+    The server answers 503 for errors it calls retryable (a busy SQLite database while the
+    worker polls, on a loaded machine); Prefect's own client retries those, and so does this.
+    """
+    for attempt in range(4):
+        response = server.api("POST", f"/deployments/{deployment_id}/create_flow_run", json={
+            "parameters": {"options": options}, "enforce_parameter_schema": True,
+            "state": {"type": "SCHEDULED", "message": "Run from the Prefect UI"}})
+        if response.status_code != 503:
+            break
+        time.sleep(2**attempt)
+    return response
 
 
 def _wait(server, flow_run_id: str, timeout_s: float = 240) -> dict:
