@@ -21,6 +21,10 @@ PRIOR_SCALE_STD = 0.5
 SETTING_SHARE = 0.25
 
 
+def _positive_numbers(values: tuple) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values)
+
+
 @dataclass(frozen=True)
 class Encoding:
     space: KnobSpace
@@ -67,9 +71,11 @@ class Encoding:
         idx = np.array([self.space.indices(c) for c in configs], dtype=np.int64)
         return idx.reshape(len(configs), len(self.space.knobs))
 
-    def prior_covariance(self, mean: np.ndarray, std: np.ndarray, scale_std: float) -> np.ndarray:
+    def prior_covariance(self, mean: np.ndarray, std: np.ndarray, scale_std: float,
+                         slope_std: float = 0.0) -> np.ndarray:
         """Prior covariance of the setting effects: each setting's own sd, plus a scale
-        shared by the settings of one knob.
+        shared by the settings of one knob, plus (``slope_std`` > 0) a slope in log2 of a
+        numeric knob's value shared by its levels.
 
         A knob's priors come from one mechanism (activations grow with the micro-batch, a
         collective grows with the group), so if it is weaker or stronger on this job than
@@ -77,6 +83,10 @@ class Encoding:
         e_knob ~ N(0, scale_std^2). Measuring one level then moves the others with it (a
         micro-batch of 8 that costs a third of the memory the table said tells that 64
         does too), where independent priors would leave untried levels at the table's guess.
+        The scale cannot turn a prior's sign; the slope can: effect += s * log2(value /
+        baseline value), s ~ N(0, slope_std^2), so expert parallelism 2 measured faster
+        than the prior said makes 4 likely faster still (an effect smooth in the log of a
+        size or degree), and an untried level far from the baseline more uncertain.
         """
         var = np.asarray(std, dtype=float) ** 2
         cov = np.diag(var)
@@ -86,6 +96,11 @@ class Encoding:
                 m = np.asarray(mean, dtype=float)[cols]
                 block = np.diag(var[cols] * SETTING_SHARE) + scale_std**2 * np.outer(m, m)
                 cov[np.ix_(cols, cols)] = block
+            knob = self.space.knobs[k]
+            if slope_std > 0 and len(cols) >= 2 and _positive_numbers(knob.values):
+                base = self.baseline[knob.name]
+                d = np.array([np.log2(knob.values[self.settings[j][1]] / base) for j in cols])
+                cov[np.ix_(cols, cols)] += slope_std**2 * np.outer(d, d)
         return cov
 
     @cached_property

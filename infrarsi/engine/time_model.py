@@ -20,6 +20,11 @@ from infrarsi.priors import Priors
 
 # A wide, essentially flat prior on the intercept (log seconds of the baseline).
 _INTERCEPT_STD = 10.0
+# Effects of a numeric knob's levels share a slope in log2 of the value (``Encoding.
+# prior_covariance``): 0.15 per doubling at one sd. On the generated development jobs
+# (seeds 0-2) it raised the mean fraction of the oracle at 20 trials from 0.909 to 0.927;
+# 0.3 did no better than 0.15.
+SLOPE_STD = 0.15
 # Step-time noise before data: ~5% CV is what repeated baseline runs typically show;
 # worth two pseudo-observations so a handful of trials dominate it.
 _NOISE_PRIOR_STD, _NOISE_PRIOR_DOF = 0.05, 2.0
@@ -61,7 +66,8 @@ class TimeModel:
                               np.full(num_pairs, self.interaction_std**2)])
         cov = np.diag(var)
         main = slice(1, 1 + self.encoding.num_settings)
-        cov[main, main] = self.encoding.prior_covariance(self.main_prior_mean, self.main_prior_std, PRIOR_SCALE_STD)
+        cov[main, main] = self.encoding.prior_covariance(self.main_prior_mean, self.main_prior_std, PRIOR_SCALE_STD,
+                                                        SLOPE_STD)
         return mean, cov
 
     def _set_posterior_to_prior(self) -> None:

@@ -11,6 +11,7 @@ from infrarsi.engine.encoding import Encoding
 from infrarsi.engine.memory_model import AT_LEAST, EXACT, MemoryModel
 from infrarsi.engine.revision import miscalibrated, revise_priors
 from infrarsi.engine.time_model import TimeModel
+from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.priors import Priors, SettingPrior
 from infrarsi.trial import Outcome
 from synthetic_problem import BASELINE, CRASH_PAIR, INTERACTION, MEMORY, SPACE, TIME, SyntheticProblem
@@ -95,7 +96,7 @@ def test_crash_model_flags_the_planted_pair_not_its_settings():
     prob = SyntheticProblem(seed=2)
     results = [prob.run(c) for c in SPACE.sample(np.random.default_rng(2), 50)]
     ran = [r for r in results if r.outcome in (Outcome.OK, Outcome.CRASH)]
-    model = CrashModel(SPACE).fit(ENC.configs([r.config for r in ran]),
+    model = CrashModel(SPACE, BASELINE).fit(ENC.configs([r.config for r in ran]),
                                   np.array([r.outcome is Outcome.CRASH for r in ran]), [r.trial_id for r in ran])
     flagged = model.flagged()
     assert [tuple(map(tuple, f["settings"])) for f in flagged] == [CRASH_PAIR]
@@ -146,3 +147,27 @@ def test_a_combination_never_run_is_less_certain_than_its_parts():
     _, sd_additive = TimeModel(ENC, Priors(), unseen_pair_std=0.0).fit(x, y).predict(query)
     assert math.isclose(sd[0] ** 2 - sd_additive[0] ** 2, math.log(1.05) ** 2, rel_tol=1e-6)
     assert math.isclose(sd[1], sd_additive[1])
+
+
+def test_a_numeric_knobs_levels_share_a_slope_that_can_turn_the_priors_sign(monkeypatch):
+    """The table says each doubling of expert parallelism costs 5%; ep 2 runs 26% faster.
+    The shared slope carries that to the untried ep 4 and 8 (faster still, the farther
+    level the more so); the shared scale alone cannot flip a sign and leaves them slower."""
+    from infrarsi.engine import time_model as tm
+    from infrarsi.engine.builtin_priors import builtin_priors
+
+    space = KnobSpace(knobs=(Knob(name="ep", values=(1, 2, 4, 8)), Knob(name="compile", values=(False, True))))
+    base = {"ep": 1, "compile": False}
+    enc = Encoding(space, base)
+    priors = builtin_priors(space, base)
+    configs = [base, base, {"ep": 2, "compile": False}, {"ep": 2, "compile": False}]
+    y = np.log([1.0, 1.01, 0.74, 0.745])
+
+    def effects(slope_std):
+        monkeypatch.setattr(tm, "SLOPE_STD", slope_std)
+        mean, _ = TimeModel(enc, priors).fit(enc.configs(configs), y).main_effects()
+        return {v: mean[enc.column_of("ep", v)] for v in (2, 4, 8)}
+
+    with_slope, without = effects(0.15), effects(0.0)
+    assert with_slope[8] < with_slope[4] < -0.1
+    assert without[4] > 0 and without[8] > 0
