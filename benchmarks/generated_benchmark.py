@@ -7,7 +7,7 @@ as a fraction of the oracle's. Per split and budget: the median, the worst decil
 percentile) and the mean of that fraction over every (job, seed) run, and the share of
 simulated trial time lost to OOMs and crashes (pooled over runs, and per job).
 
-    python benchmarks/generated_benchmark.py --split held-out --seeds 2 --out docs/benchmark/generated/held_out
+    python benchmarks/generated_benchmark.py --split held-out --seeds 3 --out docs/benchmark/generated/held_out
 """
 
 from __future__ import annotations
@@ -53,6 +53,22 @@ def _oracles(names: list[str]) -> dict[str, dict]:
     return out
 
 
+def _job_bootstrap(scored: list[dict], draws: int = 2000) -> dict[str, list[float]]:
+    """90% intervals of the median, worst decile and mean, resampling whole jobs (a job's
+    seeds move together: they share its landscape), fixed seed."""
+    by_job: dict[str, list[float]] = {}
+    for x in scored:
+        by_job.setdefault(x["workload"], []).append(x["fraction_of_oracle"])
+    jobs = [np.array(v) for v in by_job.values()]
+    rng = np.random.default_rng(0)
+    stats = []
+    for _ in range(draws):
+        fr = np.concatenate([jobs[i] for i in rng.integers(len(jobs), size=len(jobs))])
+        stats.append((np.median(fr), np.percentile(fr, 10), fr.mean()))
+    lo, hi = np.percentile(np.array(stats), [5, 95], axis=0)
+    return {k: [float(lo[i]), float(hi[i])] for i, k in enumerate(("median", "worst_decile", "mean"))}
+
+
 def summarise(runs: list[dict], oracles: dict[str, dict], budgets: list[int]) -> dict:
     overall, per_job = [], []
     for p in sorted({r["proposer"] for r in runs}):
@@ -73,6 +89,7 @@ def summarise(runs: list[dict], oracles: dict[str, dict], budgets: list[int]) ->
             fr = [x["fraction_of_oracle"] for x in scored]
             overall.append({"proposer": p, "budget": b, "num_runs": len(fr), "median": statistics.median(fr),
                             "worst_decile": float(np.percentile(fr, 10)), "mean": statistics.fmean(fr),
+                            "interval_90": _job_bootstrap(scored),
                             "failed_time_share": fail_s / total_s if total_s else 0.0,
                             "oom": sum(x["oom"] for x in scored), "crash": sum(x["crash"] for x in scored)})
             for name in oracles:
@@ -94,16 +111,19 @@ def markdown(split: str, oracles: dict, summary: dict, meta: dict) -> str:
              *([f"**Partial:** {len(oracles)} of {meta['num_jobs_planned']} jobs had finished for every proposer "
                 "when these tables were made (`--summarise-only`); the wall time is that of the last invocation.", ""]
                if len(oracles) < meta["num_jobs_planned"] else []),
-             "Fraction of the oracle's speedup over every (job, seed) run; failed share = simulated trial time "
-             "spent in OOMs and crashes over all trial time, pooled over runs.", ""]
+             "Fraction of the oracle's speedup over every (job, seed) run, with 90% intervals from resampling "
+             "jobs; failed share = simulated trial time spent in OOMs and crashes over all trial time, pooled "
+             "over runs.", ""]
     for b in meta["budgets"]:
         lines += [f"## Budget {b}", "", "| proposer | given | median | worst decile | mean | failed time share | OOM | crash |",
                   "|---|---|---|---|---|---|---|---|"]
         rows = sorted((r for r in summary["overall"] if r["budget"] == b), key=lambda r: -r["mean"])
         for r in rows:
-            lines.append(f"| {r['proposer']} | {GIVEN.get(r['proposer'], '')} | {r['median']:.3f} | "
-                         f"{r['worst_decile']:.3f} | {r['mean']:.3f} | {r['failed_time_share']:.1%} | "
-                         f"{r['oom']} | {r['crash']} |")
+            ci = r.get("interval_90", {})
+            cells = [f"{r[k]:.3f}" + (" ({:.3f}-{:.3f})".format(*ci[k]) if k in ci else "")
+                     for k in ("median", "worst_decile", "mean")]
+            lines.append(f"| {r['proposer']} | {GIVEN.get(r['proposer'], '')} | " + " | ".join(cells) +
+                         f" | {r['failed_time_share']:.1%} | {r['oom']} | {r['crash']} |")
         lines.append("")
     b = 20 if 20 in meta["budgets"] else meta["budgets"][-1]
     proposers = sorted({r["proposer"] for r in summary["per_job"]})
@@ -130,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--resume", action="store_true", help="keep the runs in OUT/runs.jsonl, run the rest")
     ap.add_argument("--summarise-only", action="store_true",
-                    help="tables from the runs in OUT/runs.jsonl so far (jobs every proposer finished); runs nothing")
+                    help="tables from the runs in OUT/runs.jsonl so far (jobs every proposer finished); runs nothing; "
+                         "keeps the command and wall time of OUT/results.json when it is of the same run")
     args = ap.parse_args(argv)
     names = list(split_names(args.split))[: args.jobs]
     num_planned = len(names)
@@ -166,8 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     runs.sort(key=lambda r: (r["workload"], r["proposer"], r["seed"]))
     oracles = _oracles(names)
     summary = summarise(runs, oracles, sorted(args.budgets))
-    meta = {"command": "python benchmarks/generated_benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "wall_s": time.perf_counter() - t0, "processes": args.processes, "num_seeds": args.seeds,
+    # Re-summarising a finished run (new table columns) keeps the run's command and wall time.
+    earlier = json.loads((args.out / "results.json").read_text())["meta"] if (
+        args.summarise_only and (args.out / "results.json").exists()) else {}
+    if (earlier.get("split"), earlier.get("num_seeds"), earlier.get("proposers")) != (
+            args.split, args.seeds, args.proposers):
+        earlier = {}
+    meta = {"command": earlier.get("command") or
+            "python benchmarks/generated_benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "wall_s": earlier.get("wall_s", time.perf_counter() - t0), "processes": args.processes, "num_seeds": args.seeds,
             "budgets": sorted(args.budgets), "split": args.split, "num_jobs_planned": num_planned, "resumed": bool(args.resume and done), "proposers": args.proposers, "given": GIVEN}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "oracles": oracles, **summary}, indent=1,
                                                       default=str))

@@ -1,4 +1,5 @@
 import importlib.util
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,3 +32,12 @@ def test_generated_benchmark_resumes_and_writes_the_split_table(tmp_path):
     # Resuming runs nothing new; the tables come from the log.
     assert bench.main(args + ["--resume"]) == 0
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 2
+    # Each row carries job-resampled 90% intervals around its median, worst decile and mean.
+    row = json.loads((tmp_path / "results.json").read_text())["overall"][0]
+    for key in ("median", "worst_decile", "mean"):
+        lo, hi = row["interval_90"][key]
+        assert lo <= row[key] <= hi
+    # Re-summarising a finished run keeps that run's wall time.
+    meta = json.loads((tmp_path / "results.json").read_text())["meta"]
+    assert bench.main(args + ["--summarise-only"]) == 0
+    assert json.loads((tmp_path / "results.json").read_text())["meta"]["wall_s"] == meta["wall_s"]
