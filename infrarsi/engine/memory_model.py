@@ -33,8 +33,8 @@ _NOISE_LOG_STD_PRIOR = (math.log(0.05), 1.0)
 # The noise term is measurement noise *plus* the error of the model's form itself. With
 # fewer trials than settings the MAP interpolates and would drive it to the repeatability
 # of one config (~0.5%), claiming a precision the form cannot have. The floor, 5%, is the
-# low end of the log-additive form's held-out errors (leave-one-out refits on simulated
-# campaigns gave 1-25%); the held-out check below widens the predictive sd where the data
+# low end of the held-out errors measured for the earlier log-additive form (leave-one-out
+# refits on simulated campaigns gave 1-25%); the held-out check below widens the predictive sd where the data
 # show more.
 _NOISE_STD_BOUNDS = (0.05, 1.0)
 # With one part, the intercept (log bytes of the baseline's peak) is only weakly tied to
