@@ -134,6 +134,43 @@ _NUMERIC: dict[str, Callable[[float], Level]] = {
 for _name in STAGE_ROWS:
     _NUMERIC[_name] = lambda v: _ZERO.get(int(v), Level(0.0, time_sd=0.7, memory_sd=0.7, why="unknown stage"))
 
+# A mixture-of-experts job (its space has an expert-parallel knob) answers these knobs
+# differently, and the dense rows above mislead there. The directions are published MoE
+# practice; the sizes were set on the generated development jobs (least-squares effects
+# over every config that runs, the 14 MoE jobs of ``DEVELOPMENT_SEEDS``; held-out jobs not
+# looked at) and then checked on the 17 MoE jobs of ``EXTRA_DEVELOPMENT_SEEDS``, not used
+# to set them: per doubling ep -0.28, micro-batch -0.27, tp +0.19 (sd over jobs 0.1-0.16),
+# ZeRO-3 +0.73 from stage 1, where the dense rows said +0.05, -0.08, +0.05 and +0.14. The
+# simulator implements the same mechanisms, so real MoE jobs have not checked them. The
+# sds are wide enough to let a handful of trials overrule them. What they bought the
+# search there: at 20 trials the mean fraction of the oracle over both development splits
+# went from 0.925 to 0.933, the extra split alone from 0.930 to 0.932 (its median from
+# 0.966 to 0.958): jobs whose optimum runs without EP (one or two nodes, where compile,
+# which crashes with EP, pays more) lost what the others gained.
+_MOE_NUMERIC: dict[str, Callable[[float], Level]] = {
+    # Experts hold most of the parameters: without EP every rank keeps every expert, runs
+    # each on a sliver of tokens (small GEMMs) and all-reduces all their gradients; EP
+    # gives each expert ep x the tokens and shrinks its gradient group (Lepikhin et al.
+    # 2020; DeepSpeed-MoE, Rajbhandari et al. 2022; Megatron-Core MoE guide: prefer EP
+    # over TP for expert layers). Development jobs: -0.46, -0.77, -1.01 at ep 2, 4, 8 (median).
+    "ep": lambda v: Level(-0.35 * math.log2(v), time_sd=0.2, why="MoE: tokens per expert and expert-gradient "
+                                                                  "group scale with EP (GShard, DeepSpeed-MoE)"),
+    # Tokens per expert scale with the micro-batch too: larger GEMMs matter more than in a
+    # dense layer (development jobs: -0.39 and -0.70 at 2 and 4 from 1).
+    "micro_batch": lambda v: Level(-0.25 * math.log2(v), time_sd=0.15, why="MoE: tokens per expert per micro-batch"),
+    # TP splits the (small) dense part but not the experts under parallel folding, and adds
+    # its per-layer collectives (development jobs: +0.08, +0.32, +0.77 at tp 2, 4, 8).
+    "tp": lambda v: Level(0.15 * math.log2(v), time_sd=0.15, why="MoE: TP comm without sharding the experts "
+                                                                 "(Megatron-Core parallel folding)"),
+}
+_MOE_NUMERIC["micro_batch_size"] = _MOE_NUMERIC["micro_batch"]
+# ZeRO-3 gathers every expert's parameters each layer, forward and backward: most of an
+# MoE's bytes, where a dense job gathers 1.5x its DP volume (DeepSpeed long kept ZeRO-3
+# out of its MoE support). Development jobs: +1.28 from stage 1.
+_MOE_ZERO3 = Level(_L(2.0), time_sd=0.4, why="MoE: ZeRO-3 gathers all expert parameters per layer")
+for _name in STAGE_ROWS:
+    _MOE_NUMERIC[_name] = lambda v: _MOE_ZERO3 if int(v) == 3 else _NUMERIC["zero"](v)
+
 
 # Where a CPU trainer differs from the accelerator numbers above: a fused attention kernel
 # has no HBM round trip to save (the FlashAttention gain is a GPU memory-hierarchy gain).
@@ -148,13 +185,15 @@ _CPU_TABLE: dict[str, dict[str, Level]] = {
 }
 
 
-def level(knob: str, value: Value, *, on_cpu: bool = False) -> Level | None:
+def level(knob: str, value: Value, *, on_cpu: bool = False, moe: bool = False) -> Level | None:
     """The table's absolute level for one setting, or None when the table is silent.
-    ``on_cpu``: the trials run on CPU only (no accelerator), where some numbers differ."""
+    ``on_cpu``: the trials run on CPU only (no accelerator), where some numbers differ;
+    ``moe``: a mixture-of-experts job (``_MOE_NUMERIC``)."""
     value = normalise(value)
     if knob in _NUMERIC and isinstance(value, (int, float)):
+        table = _MOE_NUMERIC if moe and knob in _MOE_NUMERIC else _NUMERIC
         # Stage knobs start at 0; every other numeric knob is a positive count or size.
-        return _NUMERIC[knob](value) if value > 0 or knob in STAGE_ROWS else None
+        return table[knob](value) if value > 0 or knob in STAGE_ROWS else None
     table = (_CPU_TABLE.get(knob) if on_cpu else None) or _TABLE.get(knob)
     return table.get(value) if table and isinstance(value, str) else None
 
@@ -162,15 +201,17 @@ def level(knob: str, value: Value, *, on_cpu: bool = False) -> Level | None:
 def builtin_priors(space: KnobSpace, baseline: Config, *, on_cpu: bool = False) -> Priors:
     """Per-setting priors relative to ``baseline``; settings the table lacks are left out
     (``Priors.get`` then answers uninformed). ``on_cpu``: for trials without an accelerator.
-    Values are looked up as the knob's ``levels`` spell them (``float32`` -> ``fp32``)."""
+    Values are looked up as the knob's ``levels`` spell them (``float32`` -> ``fp32``).
+    A space with an expert-parallel knob is a mixture-of-experts job."""
     out = []
+    moe = any(knob_row(k) == "ep" for k in space.knobs)
     for knob in space.knobs:
         row = knob_row(knob)
-        base = None if row is None else level(row, knob.canonical(baseline[knob.name]), on_cpu=on_cpu)
+        base = None if row is None else level(row, knob.canonical(baseline[knob.name]), on_cpu=on_cpu, moe=moe)
         if base is None:
             continue
         for value in knob.values:
-            lv = level(row, knob.canonical(value), on_cpu=on_cpu)
+            lv = level(row, knob.canonical(value), on_cpu=on_cpu, moe=moe)
             if lv is None or value == baseline[knob.name]:
                 continue
             # Where the part table knows the setting, the memory model takes its memory

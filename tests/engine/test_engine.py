@@ -141,3 +141,37 @@ def test_cpu_priors_expect_a_small_activation_share_and_no_sdpa_gain():
     # Time priors of the other knobs are the same tables.
     assert cpu.get("precision", "bf16").log_time_mean == gpu.get("precision", "bf16").log_time_mean
     assert cpu.source == "builtin-cpu"
+
+
+def test_moe_priors_expect_expert_parallelism_to_pay_and_zero3_to_cost():
+    """A space with an expert-parallel knob is an MoE job: EP and larger micro-batches
+    speed it up, ZeRO-3 and TP cost more than in a dense job. On an extra development MoE
+    job (not one the numbers were set on) each prior has the sign of the simulator's
+    least-squares effect over every config that runs."""
+    import importlib
+
+    from infrarsi.sim import sim_workload
+    from infrarsi.sim.generator import split_names
+
+    sim_oracle = importlib.import_module("infrarsi.sim.oracle")
+    dense = KnobSpace(knobs=(Knob(name="tp", values=(1, 2, 4)), Knob(name="zero", values=(1, 3))))
+    moe = KnobSpace(knobs=dense.knobs + (Knob(name="ep", values=(1, 2, 4)),))
+    d, m = builtin_priors(dense, {"tp": 1, "zero": 1}), builtin_priors(moe, {"tp": 1, "zero": 1, "ep": 1})
+    assert m.get("ep", 4).log_time_mean < m.get("ep", 2).log_time_mean < 0
+    assert m.get("zero", 3).log_time_mean > d.get("zero", 3).log_time_mean > 0
+    assert m.get("tp", 4).log_time_mean > d.get("tp", 4).log_time_mean > 0
+
+    name = next(n for n in split_names("development-extra") if "ep" in sim_workload(n).space.names)
+    w = sim_workload(name)
+    idx, est = sim_oracle.evaluate_space(w)
+    enc = Encoding(w.space, dict(w.baseline))
+    x = enc.main(idx[est.ok])
+    coef, *_ = np.linalg.lstsq(np.hstack([np.ones((len(x), 1)), x]), np.log(est.step_time_s[est.ok]), rcond=None)
+    priors = builtin_priors(w.space, dict(w.baseline))
+    checked = 0
+    for j in range(enc.num_settings):
+        knob, value = enc.label(j)
+        if knob in ("ep", "micro_batch") and abs(coef[1 + j]) > 0.1:
+            assert np.sign(priors.get(knob, value).log_time_mean) == np.sign(coef[1 + j]), (knob, value)
+            checked += 1
+    assert checked >= 2

@@ -150,23 +150,24 @@ def test_a_combination_never_run_is_less_certain_than_its_parts():
 
 
 def test_a_numeric_knobs_levels_share_a_slope_that_can_turn_the_priors_sign(monkeypatch):
-    """The table says each doubling of expert parallelism costs 5%; ep 2 runs 26% faster.
-    The shared slope carries that to the untried ep 4 and 8 (faster still, the farther
-    level the more so); the shared scale alone cannot flip a sign and leaves them slower."""
+    """The table says each doubling of tensor parallelism costs a dense job 5%; tp 2 runs
+    26% faster. The shared slope carries that to the untried tp 4 and 8 (faster still, the
+    farther level the more so); the shared scale alone cannot flip a sign and leaves them
+    slower."""
     from infrarsi.engine import time_model as tm
     from infrarsi.engine.builtin_priors import builtin_priors
 
-    space = KnobSpace(knobs=(Knob(name="ep", values=(1, 2, 4, 8)), Knob(name="compile", values=(False, True))))
-    base = {"ep": 1, "compile": False}
+    space = KnobSpace(knobs=(Knob(name="tp", values=(1, 2, 4, 8)), Knob(name="compile", values=(False, True))))
+    base = {"tp": 1, "compile": False}
     enc = Encoding(space, base)
     priors = builtin_priors(space, base)
-    configs = [base, base, {"ep": 2, "compile": False}, {"ep": 2, "compile": False}]
+    configs = [base, base, {"tp": 2, "compile": False}, {"tp": 2, "compile": False}]
     y = np.log([1.0, 1.01, 0.74, 0.745])
 
     def effects(slope_std):
         monkeypatch.setattr(tm, "SLOPE_STD", slope_std)
         mean, _ = TimeModel(enc, priors).fit(enc.configs(configs), y).main_effects()
-        return {v: mean[enc.column_of("ep", v)] for v in (2, 4, 8)}
+        return {v: mean[enc.column_of("tp", v)] for v in (2, 4, 8)}
 
     with_slope, without = effects(0.15), effects(0.0)
     assert with_slope[8] < with_slope[4] < -0.1
