@@ -148,12 +148,10 @@ def test_moe_priors_expect_expert_parallelism_to_pay_and_zero3_to_cost():
     speed it up, ZeRO-3 and TP cost more than in a dense job. On an extra development MoE
     job (not one the numbers were set on) each prior has the sign of the simulator's
     least-squares effect over every config that runs."""
-    import importlib
-
     from infrarsi.sim import sim_workload
     from infrarsi.sim.generator import split_names
+    from infrarsi.sim.oracle import evaluate_space
 
-    sim_oracle = importlib.import_module("infrarsi.sim.oracle")
     dense = KnobSpace(knobs=(Knob(name="tp", values=(1, 2, 4)), Knob(name="zero", values=(1, 3))))
     moe = KnobSpace(knobs=dense.knobs + (Knob(name="ep", values=(1, 2, 4)),))
     d, m = builtin_priors(dense, {"tp": 1, "zero": 1}), builtin_priors(moe, {"tp": 1, "zero": 1, "ep": 1})
@@ -163,7 +161,7 @@ def test_moe_priors_expect_expert_parallelism_to_pay_and_zero3_to_cost():
 
     name = next(n for n in split_names("development-extra") if "ep" in sim_workload(n).space.names)
     w = sim_workload(name)
-    idx, est = sim_oracle.evaluate_space(w)
+    idx, est = evaluate_space(w)
     enc = Encoding(w.space, dict(w.baseline))
     x = enc.main(idx[est.ok])
     coef, *_ = np.linalg.lstsq(np.hstack([np.ones((len(x), 1)), x]), np.log(est.step_time_s[est.ok]), rcond=None)
