@@ -104,7 +104,7 @@ def summarise(runs: list[dict], oracles: dict[str, dict], budgets: list[int]) ->
 def markdown(split: str, oracles: dict, summary: dict, meta: dict) -> str:
     lines = [f"# Search benchmark on generated jobs: {split} split", "",
              f"Command: `{meta['command']}`  ",
-             f"Wall time: {meta['wall_s']:.0f} s on {meta['processes']} processes (a shared, loaded 2-core machine); "
+             f"Wall time: {meta['wall_s']:.0f} s on {meta['processes']} processes (this project's 2-core machine); "
              f"{len(oracles)} jobs x {meta['num_seeds']} seeds, sequential `suggest(1)`."
              + (" Resumed: the wall time is the last invocation's, runs logged earlier are not in it." if meta.get("resumed") else ""),
              "",

@@ -131,15 +131,21 @@ _NUMERIC: dict[str, Callable[[float], Level]] = {
     # Intra-op threads: matmuls parallelise well, small ops do not (Amdahl): ~60% of ideal.
     "threads": lambda v: Level(-0.6 * _L(v), 0.0, 0.2, 0.05, "Amdahl: ~60% of ideal intra-op scaling"),
 }
+
+
+def _stage(v: float) -> Level:
+    return _ZERO.get(int(v), Level(0.0, time_sd=0.7, memory_sd=0.7, why="unknown stage"))
+
+
 for _name in STAGE_ROWS:
-    _NUMERIC[_name] = lambda v: _ZERO.get(int(v), Level(0.0, time_sd=0.7, memory_sd=0.7, why="unknown stage"))
+    _NUMERIC[_name] = _stage
 
 # A mixture-of-experts job (its space has an expert-parallel knob) answers these knobs
 # differently, and the dense rows above mislead there. The directions are published MoE
 # practice; the sizes were set on the generated development jobs (least-squares effects
 # over every config that runs, the 14 MoE jobs of ``DEVELOPMENT_SEEDS``; held-out jobs not
 # looked at) and then checked on the 17 MoE jobs of ``EXTRA_DEVELOPMENT_SEEDS``, not used
-# to set them: per doubling ep -0.28, micro-batch -0.27, tp +0.19 (sd over jobs 0.1-0.16),
+# to set them: per doubling ep -0.28, micro-batch -0.27, tp +0.19 (sd over jobs 0.11-0.16),
 # ZeRO-3 +0.73 from stage 1, where the dense rows said +0.05, -0.08, +0.05 and +0.14. The
 # simulator implements the same mechanisms, so real MoE jobs have not checked them. The
 # sds are wide enough to let a handful of trials overrule them. What they bought the
@@ -169,7 +175,7 @@ _MOE_NUMERIC["micro_batch_size"] = _MOE_NUMERIC["micro_batch"]
 # out of its MoE support). Development jobs: +1.28 from stage 1.
 _MOE_ZERO3 = Level(_L(2.0), time_sd=0.4, why="MoE: ZeRO-3 gathers all expert parameters per layer")
 for _name in STAGE_ROWS:
-    _MOE_NUMERIC[_name] = lambda v: _MOE_ZERO3 if int(v) == 3 else _NUMERIC["zero"](v)
+    _MOE_NUMERIC[_name] = lambda v: _MOE_ZERO3 if int(v) == 3 else _stage(v)
 
 
 # Where a CPU trainer differs from the accelerator numbers above: a fused attention kernel

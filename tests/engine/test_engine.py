@@ -146,8 +146,8 @@ def test_cpu_priors_expect_a_small_activation_share_and_no_sdpa_gain():
 def test_moe_priors_expect_expert_parallelism_to_pay_and_zero3_to_cost():
     """A space with an expert-parallel knob is an MoE job: EP and larger micro-batches
     speed it up, ZeRO-3 and TP cost more than in a dense job. On an extra development MoE
-    job (not one the numbers were set on) each prior has the sign of the simulator's
-    least-squares effect over every config that runs."""
+    job (not one the numbers were set on) each EP and micro-batch prior has the sign of
+    the simulator's least-squares effect over every config that runs."""
     from infrarsi.sim import sim_workload
     from infrarsi.sim.generator import split_names
     from infrarsi.sim.oracle import evaluate_space
