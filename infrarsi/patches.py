@@ -19,6 +19,7 @@ import difflib
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping
 
@@ -27,7 +28,20 @@ from infrarsi.errors import PatchError
 __all__ = ["BUILTIN_DIR", "Patch", "builtin_patches", "check_scope", "enabled_patches", "knob_name",
            "load_patches", "make_diff", "require_in_scope"]
 
-BUILTIN_DIR = Path(__file__).resolve().parents[1] / "infra_patches"
+
+def _builtin_dir() -> Path:
+    # Found through the import system, not as a folder beside infrarsi/: an installed
+    # package may sit anywhere on sys.path. From a wheel or an editable install,
+    # files() is a real directory.
+    try:
+        return Path(resources.files("infra_patches"))
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("the built-in patch library (package infra_patches) is not installed; "
+                                  "reinstall infrarsi (in a checkout: pip install -e .)",
+                                  name="infra_patches") from None
+
+
+BUILTIN_DIR = _builtin_dir()
 KNOB_PREFIX = "patch_"
 _TUPLES = ("files_touched", "phases", "requires_text")
 META_KEYS = {"title", "description", "files_touched", "expected_time_effect", "expected_memory_effect",
@@ -107,7 +121,7 @@ def load_patches(names_or_paths: Iterable[str], base_dir: Path) -> list[Patch]:
         local = Path(base_dir) / ref
         folder = local if local.is_dir() else BUILTIN_DIR / ref
         if not folder.is_dir():
-            builtin = sorted(p.name for p in BUILTIN_DIR.iterdir() if p.is_dir()) if BUILTIN_DIR.is_dir() else []
+            builtin = sorted(p.name for p in BUILTIN_DIR.iterdir() if (p / "meta.toml").is_file())
             raise PatchError(f"patch {ref!r}: no folder {local} and no built-in patch of that name; "
                              f"built-in patches are {builtin}")
         out.append(load_patch(folder))
@@ -118,9 +132,7 @@ def load_patches(names_or_paths: Iterable[str], base_dir: Path) -> list[Patch]:
 
 
 def builtin_patches() -> list[Patch]:
-    """Every patch of the built-in library (``infra_patches/``), by folder name."""
-    if not BUILTIN_DIR.is_dir():
-        return []
+    """Every patch of the built-in library (the package ``infra_patches``), by folder name."""
     return [load_patch(f) for f in sorted(BUILTIN_DIR.iterdir()) if (f / "meta.toml").is_file()]
 
 
