@@ -21,6 +21,7 @@ they go to stdout, so the script runs the same outside infrarsi. Only global ran
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import Any, TextIO
@@ -28,16 +29,20 @@ from typing import Any, TextIO
 __all__ = ["METRICS_FILE_ENV", "Reporter"]
 
 METRICS_FILE_ENV = "INFRARSI_METRICS_FILE"
+_DIVERGED = "the run has diverged; stop the job (infrarsi records the trial as a crash) instead of reporting it"
 
 
-def _number(name: str, value: Any) -> float:
-    """``value`` as a float (a 0-d tensor, numpy scalar or Python number); a clear error otherwise."""
+def _number(name: str, value: Any, if_not_finite: str) -> float:
+    """``value`` as a finite float (a 0-d tensor, numpy scalar or Python number); a clear
+    error otherwise, ending with ``if_not_finite`` for NaN and infinities."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be a number, got a bool ({value!r})")
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r:.60}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {number}: {if_not_finite}")
     return number
 
 
@@ -85,18 +90,20 @@ class Reporter:
         if self._last_step is not None and step <= self._last_step:
             raise ValueError(f"step {step} does not increase on the previous step {self._last_step}; "
                              "report each optimizer step once, in order")
-        event: dict[str, Any] = {"event": "step", "step": step, "loss": _number("loss", loss)}
-        self._last_step = step
+        event: dict[str, Any] = {"event": "step", "step": step, "loss": _number("loss", loss, _DIVERGED)}
         if tokens is not None:
             event["tokens"] = int(tokens)
         if step_time_s is not None:
-            event["step_time_s"] = _number("step_time_s", step_time_s)
+            event["step_time_s"] = _number("step_time_s", step_time_s,
+                                           "pass the seconds the step took, or leave step_time_s out")
+        self._last_step = step  # only once the step is accepted, so a refused step can be reported again
         self._write({**event, **fields})
 
     def eval(self, step: int, eval_loss: Any, **fields: Any) -> None:
         """An evaluation loss measured after optimizer step ``step``."""
         if self.enabled:
-            self._write({"event": "eval", "step": int(step), "eval_loss": _number("eval_loss", eval_loss), **fields})
+            self._write({"event": "eval", "step": int(step), "eval_loss": _number("eval_loss", eval_loss, _DIVERGED),
+                         **fields})
 
     def end(self) -> None:
         """Once, after the last step; closes the file."""
@@ -108,7 +115,8 @@ class Reporter:
     def _write(self, event: dict[str, Any]) -> None:
         if self._out is None:
             return
-        # allow_nan: a diverged loss is reported as NaN and judged by the harness, not hidden.
+        # The numbers checked above are finite. A NaN in a passed-through field (phases, ...)
+        # is written as NaN, so that the harness's message names the field and the line.
         self._out.write(json.dumps(event, allow_nan=True, default=_jsonable) + "\n")
         self._out.flush()
 

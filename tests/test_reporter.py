@@ -59,3 +59,19 @@ def test_a_loss_that_is_not_a_number_or_a_step_that_does_not_increase_is_refused
     rep.step(1, 2.0)
     with pytest.raises(ValueError, match="step 1 does not increase on the previous step 1"):
         rep.step(1, 1.9)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_loss_that_is_not_finite_is_refused_and_nothing_is_written(tmp_path, bad):
+    path = tmp_path / "metrics.jsonl"
+    rep = Reporter(str(path), rank=0)
+    with pytest.raises(ValueError, match=rf"^loss must be a finite number, got {bad}: the run has diverged; stop"):
+        rep.step(1, bad)
+    with pytest.raises(ValueError, match=rf"^eval_loss must be a finite number, got {bad}: the run has diverged"):
+        rep.eval(1, bad)
+    with pytest.raises(ValueError, match=rf"^step_time_s must be a finite number, got {bad}: pass the seconds"):
+        rep.step(1, 2.0, step_time_s=bad)
+    rep.step(1, 2.0)  # the refused step 1 was not counted
+    rep.end()
+    assert [json.loads(ln) for ln in path.read_text().splitlines()] == [
+        {"event": "step", "step": 1, "loss": 2.0}, {"event": "end"}]
