@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomli_w
+import tomlkit
 
 from infrarsi.errors import InfrarsiError
 from infrarsi.launch_command import Flag, ParsedCommand, help_flags, parse_command
@@ -341,19 +341,24 @@ def _contract(found: dict, from_help: set[str], cmd: ParsedCommand, p: GuessedPa
 
 def render_toml(draft: Draft, command: list[str]) -> str:
     """The spec as TOML, with a header and ``# CONFIRM`` comments on the keys to check."""
-    text = tomli_w.dumps(draft.data)
-    lines, table = [], ""
-    for line in text.splitlines():
-        if line.startswith("["):
-            table = line.strip("[]")
-        key = line.split(" = ", 1)[0] if " = " in line else None
-        why = draft.confirm.get(f"{table}.{key}" if table else key or "") if key else None
-        lines.append(f"{line}  # CONFIRM: {why}" if why else line)
+    items = {key: tomlkit.item(value) for key, value in draft.data.items()}
+    doc = tomlkit.document()
+    # Plain keys before tables, as TOML needs them, so that tomlkit sets each table apart.
+    doc.update(sorted(items.items(), key=lambda kv: isinstance(kv[1], (tomlkit.items.Table, tomlkit.items.AoT))))
+    doc["command"].multiline(True)  # one argument a line reads like the command
+    for name, why in draft.confirm.items():
+        *tables, key = name.split(".")
+        container = doc
+        for table in tables:
+            container = container[table]
+        item = container.item(key)  # the tomlkit item even of a bool, which [key] unwraps
+        item.comment(f"CONFIRM: {why}")
+        item.trivia.comment_ws = "  "
     header = [f"# Written by `infrarsi init -- {shlex.join(command)}`.",
               "# Check every line marked CONFIRM, trim the knobs you do not want searched, then run",
               "#   infrarsi campaign <this file>",
               *(f"# {n}" for n in draft.notes), ""]
-    return "\n".join(header + lines) + "\n"
+    return "\n".join(header) + "\n" + tomlkit.dumps(doc)
 
 
 def _short(command: list[str], cmd: ParsedCommand, known: list[Flag]) -> list[str]:

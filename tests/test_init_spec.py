@@ -1,6 +1,7 @@
 """``infrarsi init``: a starting spec from a launch command, close to a hand-written one."""
 
 import re
+import shlex
 import shutil
 import tomllib
 from pathlib import Path
@@ -193,3 +194,26 @@ def test_a_command_init_cannot_read_says_what_to_do(tmp_path):
         parse_command(["bash", "run.sh"])
     with pytest.raises(InfrarsiError, match="no .py script"):
         parse_command(["python", "-c", "print(1)"])
+
+
+def test_the_written_spec_reads_back_as_the_draft_with_confirm_on_its_keys():
+    from infrarsi.init_spec import build_spec, render_toml
+    from infrarsi.launch_command import Flag
+
+    command = ["python", "train.py", "--batch_size", "4", "--grad_accum", "2",
+               "--note", 'say "hi" \\ # not a comment']
+    known = [Flag("bf16", "--bf16", False, "separate")]  # from --help: its baseline is marked CONFIRM
+    draft = build_spec(parse_command(command), known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    text = render_toml(draft, command)
+    assert tomllib.loads(text) == draft.data
+    assert text.startswith(f"# Written by `infrarsi init -- {shlex.join(command)}`.\n"
+                           "# Check every line marked CONFIRM, trim the knobs you do not want searched, then run\n"
+                           "#   infrarsi campaign <this file>\n")
+    confirmed, table = {}, ""
+    for line in text.splitlines():
+        if line.startswith("["):
+            table = line.strip("[]")
+        elif "  # CONFIRM: " in line:
+            key, why = line.split(" = ", 1)[0], line.split("  # CONFIRM: ", 1)[1]
+            confirmed[f"{table}.{key}" if table else key] = why
+    assert confirmed == draft.confirm and "baseline.bf16" in confirmed
