@@ -136,26 +136,6 @@ def builtin_patches() -> list[Patch]:
     return [load_patch(f) for f in sorted(BUILTIN_DIR.iterdir()) if (f / "meta.toml").is_file()]
 
 
-def _glob_regex(pattern: str) -> re.Pattern:
-    out, i = "", 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out, i = out + "(?:.*/)?", i + 3
-        elif pattern.startswith("**", i):
-            out, i = out + ".*", i + 2
-        elif pattern[i] == "*":
-            out, i = out + "[^/]*", i + 1
-        elif pattern[i] == "?":
-            out, i = out + "[^/]", i + 1
-        else:
-            out, i = out + re.escape(pattern[i]), i + 1
-    return re.compile(out + r"\Z")
-
-
-def _matches(path: str, patterns: Iterable[str]) -> bool:
-    return any(_glob_regex(p).match(path) for p in patterns)
-
-
 def _path_problem(path: str) -> str | None:
     pure = PurePosixPath(path)
     if path.startswith("/") or pure.is_absolute():
@@ -170,11 +150,15 @@ def _path_problem(path: str) -> str | None:
 def check_scope(patch: Patch, contract: Any) -> list[str]:
     """Every way ``patch`` escapes the contract's editable scope; empty when it stays inside."""
     from infrarsi.adapters.git_branch import changed_paths
+    from infrarsi.contract import glob_matches  # the rule that listed the locked files at init
 
     c = contract.spec.contract
-    locked = lambda p: p in contract.locked_hashes or _matches(p, c.locked)  # noqa: E731
-    editable = lambda p: _matches(p, c.editable) and not locked(p)  # noqa: E731
-    pairs = changed_paths(patch.diff)
+    locked = lambda p: p in contract.locked_hashes or glob_matches(p, c.locked)  # noqa: E731
+    editable = lambda p: glob_matches(p, c.editable) and not locked(p)  # noqa: E731
+    try:
+        pairs = changed_paths(patch.diff)
+    except PatchError as exc:
+        return [str(exc)]
     problems = [f"{p!r}: {why}" for old, new in pairs for p in (old, new) if p is not None
                 if (why := _path_problem(p))]
     if problems:

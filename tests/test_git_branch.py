@@ -230,3 +230,68 @@ def test_changed_paths_of_plain_unified_diff() -> None:
     )
     assert changed_paths(diff) == [("a.py", "a.py"), (None, "b.py")]
     assert changed_paths("") == []
+
+
+def test_changed_paths_of_copies_modes_and_names_git_quotes(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    repo = git.Repo.init(root, initial_branch="main")
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "User")
+        config.set_value("user", "email", "user@example.com")
+    for name in ("data.py", "run.sh", 'say "hi".py', "tab\there.py"):
+        (root / name).write_text(f"{name}\n" * 20)
+    repo.git.add("--all")
+    repo.git.commit("-m", "base")
+    (root / "copy of data.py").write_text((root / "data.py").read_text())
+    (root / "run.sh").chmod(0o755)
+    (root / 'say "hi".py').write_text("changed\n")
+    repo.git.mv("tab\there.py", "ñ dir.py")
+    repo.git.add("--all")
+    diff = repo.git.diff("--cached", "-C", "--find-copies-harder") + "\n"
+    assert '"b/say \\"hi\\".py"' in diff and "copy to copy of data.py" in diff  # git quoted and copied
+
+    assert changed_paths(diff) == [
+        ("data.py", "copy of data.py"),
+        ("run.sh", "run.sh"),
+        ('say "hi".py', 'say "hi".py'),
+        ("tab\there.py", "ñ dir.py"),
+    ]
+
+
+def test_changed_paths_of_hand_written_quoted_names_with_spaces() -> None:
+    diff = ('diff --git "a/my model.py" "b/my model.py"\n'
+            "new file mode 100644\n"
+            "--- /dev/null\n"
+            '+++ "b/my model.py"\n'
+            "@@ -0,0 +1 @@\n"
+            "+x = 1\n"
+            'diff --git "a/old \\303\\251.py" "b/old \\303\\251.py"\n'
+            "deleted file mode 100644\n"
+            '--- "a/old \\303\\251.py"\n'
+            "+++ /dev/null\n"
+            "@@ -1 +0,0 @@\n"
+            "-y = 2\n")
+    assert changed_paths(diff) == [(None, "my model.py"), ("old é.py", None)]
+
+
+def test_changed_paths_takes_a_rename_from_its_own_lines_as_git_apply_does() -> None:
+    # The header names model.py twice, but git apply renames data.py onto it.
+    diff = "diff --git a/model.py b/model.py\nsimilarity index 100%\nrename from data.py\nrename to model.py\n"
+    assert changed_paths(diff) == [("data.py", "model.py")]
+
+
+def test_changed_paths_does_not_depend_on_the_folder_git_runs_in(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Run inside a repository's subfolder, git apply would skip the files outside it.
+    make_user_repo(tmp_path / "user")
+    (tmp_path / "user" / "sub").mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "user" / "sub"))
+    monkeypatch.chdir(tmp_path / "user" / "sub")
+    assert changed_paths(FUSED_PATCH) == [("train.py", "train.py")]
+
+
+def test_a_diff_git_cannot_read_is_a_patch_error() -> None:
+    corrupt = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1,3 +1,3 @@\n a\n-b\n+c\n"
+    with pytest.raises(PatchError, match="git cannot read the diff: .*corrupt patch"):
+        changed_paths(corrupt)

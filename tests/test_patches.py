@@ -8,6 +8,7 @@ import pytest
 
 from infrarsi.testing import GPT_DIR
 from infrarsi.adapters.git_branch import check_patches_apply, patch_worktree, snapshot, stage_branch
+from infrarsi.contract import glob_matches, matching_files
 from infrarsi.errors import PatchError, SpecError
 from infrarsi.patches import Patch, check_scope, load_patches, make_diff, require_in_scope
 from infrarsi.spec import parse_spec
@@ -47,12 +48,57 @@ def test_the_builtin_patches_load_and_stay_in_scope():
      "touching a locked path"),
     ("diff --git a/model.py b/model.py\nnew file mode 120000\n--- /dev/null\n+++ b/model.py\n@@ -0,0 +1 @@\n"
      "+data.py\n\\ No newline at end of file\n", "symlink"),
+    # The header names model.py only; git apply renames the locked data.py onto it.
+    ("diff --git a/model.py b/model.py\nsimilarity index 100%\nrename from data.py\nrename to model.py\n",
+     "renames or copies 'data.py' -> 'model.py', touching a locked path"),
+    ('diff --git "a/data.py" "b/model.py"\nsimilarity index 100%\ncopy from "data.py"\ncopy to "model.py"\n',
+     "touching a locked path"),
+    ("diff --git a/model.py b/model.py\n--- a/model.py\n+++ b/model.py\n@@ -1,3 +1,3 @@\n a\n-b\n+c\n",
+     "git cannot read the diff"),
 ])
 def test_the_scope_gate_names_every_escape(diff, problem):
     problems = check_scope(patch(diff), CONTRACT)
     assert any(problem in p for p in problems), problems
     with pytest.raises(PatchError, match="fix the diff or remove it"):
         require_in_scope(patch(diff), CONTRACT)
+
+
+@pytest.mark.parametrize("pattern,matched,unmatched", [
+    ("model.py", ["model.py"], ["sub/model.py", "model.py/x"]),  # anchored, never by last segment alone
+    ("*.py", ["a.py", ".config.py"], ["sub/a.py"]),  # dot-files are ordinary names
+    ("**/*.py", ["a.py", ".github/x.py", "a/.b/c.py"], ["a.pyc", ".git/x.py", "sub/.git/x.py"]),
+    ("src", ["src"], ["src/a.py"]),  # a file, not everything under a folder
+    ("src/", [], ["src", "src/a.py"]),
+    ("src/**", ["src/a.py", "src/a/b.py"], ["src", "srcx/a.py"]),
+    ("a/**/b.py", ["a/b.py", "a/x/y/b.py"], ["a/b.py/c"]),
+    ("a**b", ["ab", "axb"], ["a/b"]),  # ** inside a segment is *
+    ("x?.py", ["x1.py"], ["x.py", "x/.py"]),
+    ("[ab].py", ["a.py", "b.py"], ["c.py"]),
+    ("./train.py", ["train.py"], []),
+    ("!x", ["!x"], ["x"]),  # no negation, no comment: a pattern is a path
+])
+def test_one_glob_rule_for_editable_and_locked_files(pattern, matched, unmatched):
+    assert [p for p in matched + unmatched if glob_matches(p, [pattern])] == matched
+
+
+def test_the_scope_gate_and_the_contract_listing_agree_on_dot_files_and_nested_folders(tmp_path):
+    files = ["model.py", "train.py", ".hidden.py", ".env", "sub/x.py", "sub/.y.py", ".github/ci.py",
+             "src/README.md", "src/a/b/c.py", "src/a/.d/e.py", "data/raw.bin", ".git/hooks/pre.py"]
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("a\nb\n")
+    editable, locked = ["*.py", "src/**", ".github/*.py"], ["**/.*.py", "src/a/**/*.py", "data/**"]
+    listed_locked = matching_files(tmp_path, locked)
+    listed_editable = [p for p in matching_files(tmp_path, editable) if p not in listed_locked]  # as init lists
+    assert listed_locked == [".hidden.py", "data/raw.bin", "src/a/.d/e.py", "src/a/b/c.py", "sub/.y.py"]
+    assert listed_editable == [".github/ci.py", "model.py", "src/README.md", "train.py"]
+    for hashed in (listed_locked, []):  # the gate by the hashes taken at init, and by the globs alone
+        contract = SimpleNamespace(spec=SimpleNamespace(contract=SimpleNamespace(editable=editable, locked=locked)),
+                                   locked_hashes=dict.fromkeys(hashed, "x"))
+        verdicts = {rel: check_scope(patch(edit(rel)), contract) for rel in files}
+        assert sorted(rel for rel, problems in verdicts.items() if not problems) == listed_editable
+        assert sorted(rel for rel, problems in verdicts.items()
+                      if any("modifies locked file" in p for p in problems)) == listed_locked
 
 
 def test_an_unknown_patch_names_the_builtin_ones(tmp_path):

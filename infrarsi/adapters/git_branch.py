@@ -157,62 +157,60 @@ def stage_branch(
 
 
 def changed_paths(diff: str) -> list[tuple[str | None, str | None]]:
-    """The (old path, new path) of every file a unified diff touches, in order.
+    """The (old path, new path) of every file a unified diff touches, in order, as
+    ``git apply`` reads it: git itself parses the diff, so these are the paths applying it
+    writes.
 
     A new file has old path None, a deleted file new path None; a rename or copy has
-    both. Understands ``git diff`` output (renames, modes, binary, quoted names) and plain
-    ``diff -u`` output, whose first path component is stripped like ``git apply -p1``.
+    both. Understands ``git diff`` output (renames, copies, modes, binary, quoted names) and
+    plain ``diff -u`` output, whose first path component is stripped (``git apply -p1``).
+    Raises PatchError when git cannot read the diff.
     """
+    scratch = Path(tempfile.mkdtemp(prefix="infrarsi-diff-")).resolve()
+    try:
+        patch_file = scratch / "patch.diff"
+        _write_patch(patch_file, diff)
+        # Run outside any repository (the ceiling stops git's search): inside one, git apply
+        # would leave out every file outside the folder it runs in.
+        outside = git.Git(scratch)
+        outside.update_environment(GIT_CEILING_DIRECTORIES=str(scratch.parent))
+        new_names, summary = _numstat(outside, patch_file, "--summary")
+        old_names, _ = _numstat(outside, patch_file, "-R")  # a reversed patch names each old path
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     pairs: list[tuple[str | None, str | None]] = []
-    old: str | None = None
-    new: str | None = None
-    in_file = plus_seen = False
-    old_left = new_left = 0  # hunk lines still to read: their text is content, not headers
-
-    for line in diff.splitlines():
-        if old_left > 0 or new_left > 0:
-            if not line.startswith("\\"):  # "\ No newline at end of file" counts for none
-                old_left -= line[:1] in (" ", "-", "")
-                new_left -= line[:1] in (" ", "+", "")
-            continue
-        if line.startswith("diff --git "):
-            if in_file:
-                pairs.append((old, new))
-            old, new = _split_git_header(line[len("diff --git "):])
-            in_file, plus_seen = True, False
-        elif line.startswith("--- "):
-            if in_file and plus_seen:  # plain diff -u: the next file starts here
-                pairs.append((old, new))
-            if not in_file or plus_seen:
-                new, in_file, plus_seen = None, True, False
-            old = _diff_path(line[4:])
-        elif not in_file:
-            continue
-        elif line.startswith("+++ "):
-            new, plus_seen = _diff_path(line[4:]), True
-        elif line.startswith(("rename from ", "copy from ")):
-            old = _unquote(line.split(" from ", 1)[1])
-        elif line.startswith(("rename to ", "copy to ")):
-            new = _unquote(line.split(" to ", 1)[1])
-        elif line.startswith("new file mode"):
-            old = None
-        elif line.startswith("deleted file mode"):
-            new = None
-        elif (match := _HUNK.match(line)) is not None:
-            old_left = int(match["old_len"] or 1)
-            new_left = int(match["new_len"] or 1)
-    if in_file:
+    pos = 0
+    for old, new in zip(reversed(old_names), new_names, strict=True):  # -R lists files last to first
+        if old == new:
+            # --summary says " create mode 100644 <path>" (or delete) for each new (or deleted)
+            # file, in the diff's order.
+            mark = re.compile(rf"^ (create|delete) (?:mode \d+ )?{re.escape(new)}$", re.M).search(summary, pos)
+            if mark is not None:
+                pos = mark.end()
+                old, new = (None, new) if mark[1] == "create" else (old, None)
         pairs.append((old, new))
     return pairs
 
 
-_HUNK = re.compile(r"^@@ -\d+(?:,(?P<old_len>\d+))? \+\d+(?:,(?P<new_len>\d+))? @@")
-_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f": "\f",
-            "r": "\r", "v": "\v"}
+def _numstat(outside: git.Git, patch_file: Path, *flags: str) -> tuple[list[str], str]:
+    """The path ``git apply --numstat -z`` names for each file of the patch (the new one, or
+    the old one of a deleted file), unquoted, and the output after that list (``--summary``'s)."""
+    try:
+        out = outside.apply("--numstat", "-z", "--allow-empty", *flags, str(patch_file),
+                            stdout_as_string=False, strip_newline_in_stdout=False)
+    except git.GitCommandError as exc:
+        raise PatchError(f"git cannot read the diff: {_git_message(exc)}; regenerate it (git diff)") from None
+    *records, rest = out.decode("utf-8", errors="surrogateescape").split("\0")
+    return [record.split("\t", 2)[2] for record in records], rest  # "added<TAB>deleted<TAB>path"
+
+
+def _write_patch(patch_file: Path, diff: str) -> None:
+    """The file git reads a diff from: the same bytes for reading its paths and applying it."""
+    patch_file.write_text(diff if diff.endswith("\n") else diff + "\n")
 
 
 def _apply_patch(wt: git.Repo, name: str, diff: str, patch_file: Path, directory: str = "") -> None:
-    patch_file.write_text(diff if diff.endswith("\n") else diff + "\n")
+    _write_patch(patch_file, diff)
     where = [f"--directory={directory}"] if directory not in ("", ".") else []
     try:
         wt.git.apply("--check", *where, str(patch_file))
@@ -235,7 +233,7 @@ def check_patches_apply(repo_path: Path, patches: Mapping[str, str], *, director
     files = {}
     for i, (name, diff) in enumerate(patches.items()):
         files[name] = scratch / f"{i}.diff"
-        files[name].write_text(diff if diff.endswith("\n") else diff + "\n")
+        _write_patch(files[name], diff)
     try:
         repo.git.worktree("add", "--detach", str(scratch / "tree"), base)
         wt = git.Repo(scratch / "tree")
@@ -312,58 +310,3 @@ def _git_message(exc: git.GitCommandError) -> str:
     text = text.strip().removeprefix("stderr:").strip().strip("'").strip()
     return " ".join(text.split())
 
-
-def _diff_path(raw: str) -> str | None:
-    # "--- a/x.py\t2024-01-01 ..." (diff -u) carries a timestamp after a tab.
-    path = _unquote(raw.split("\t", 1)[0].rstrip())
-    if path == "/dev/null":
-        return None
-    parts = path.split("/", 1)  # strip one leading component, as git apply -p1 does
-    return parts[1] if len(parts) == 2 else path
-
-
-def _split_git_header(rest: str) -> tuple[str, str]:
-    """Paths from "a/x b/x"; later rename / ---/+++ lines override this guess."""
-    if rest.startswith('"'):
-        old, tail = _take_quoted(rest)
-        new = _unquote(tail.strip())
-    else:
-        # Unquoted names may hold spaces; the header names the same path twice unless
-        # the file is renamed, and renames say their paths again on their own lines.
-        half = (len(rest) - 1) // 2
-        if rest[:half][2:] == rest[half + 1:][2:] and rest[half] == " ":
-            old, new = rest[:half], rest[half + 1:]
-        else:
-            old, _, new = rest.partition(" ")
-            if new.startswith('"'):
-                new = _unquote(new)
-    return old.split("/", 1)[-1], new.split("/", 1)[-1]
-
-
-def _take_quoted(text: str) -> tuple[str, str]:
-    i = 1
-    while i < len(text) and text[i] != '"':
-        i += 2 if text[i] == "\\" else 1
-    return _unquote(text[: i + 1]), text[i + 1:]
-
-
-def _unquote(text: str) -> str:
-    """Undo git's C-style quoting of paths with unusual characters (octal is UTF-8)."""
-    if not (len(text) >= 2 and text.startswith('"') and text.endswith('"')):
-        return text
-    out = bytearray()
-    body, i = text[1:-1], 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "01234567":
-                out.append(int(body[i + 1:i + 4], 8))
-                i += 4
-                continue
-            out += _ESCAPES.get(nxt, nxt).encode()
-            i += 2
-            continue
-        out += ch.encode()
-        i += 1
-    return out.decode("utf-8", errors="surrogateescape")
