@@ -49,7 +49,7 @@ META_KEYS = {"title", "description", "files_touched", "expected_time_effect", "e
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 # Header lines (never hunk content, which starts with ' ', '+', '-' or '\') that give a
 # file the symlink mode.
-_SYMLINK = re.compile(r"^(new file mode|new mode|old mode|deleted file mode|index \S+) 120000\b")
+_SYMLINK = re.compile(r"^(new file mode|new mode|old mode|deleted file mode|index \S+) 0*120000\b")
 # Headers naming an absolute path (changed_paths strips one component, as git apply -p1
 # does, which would turn "/etc/x" into "etc/x" and hide the intent).
 _ABSOLUTE = re.compile(r"^(--- |\+\+\+ |diff --git a/|rename from |rename to |copy from |copy to )/(?!dev/null\b)")

@@ -22,7 +22,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import tomli_w
+import tomlkit
 
 from infrarsi.cli import main
 from infrarsi.ledger import Ledger
@@ -42,7 +42,7 @@ def _small_copy(tmp: Path, example: str, *, num_trials: int, calibration: list |
     spec["budget"].update(num_trials=num_trials, doctor_repeats=3, num_finalists=1, verify_pairs=2)
     # Timings are not asserted here: a run that other processes loaded is not measured again.
     spec["resources"]["max_remeasures"] = 0
-    (folder / "campaign.toml").write_text(tomli_w.dumps(spec))
+    (folder / "campaign.toml").write_text(tomlkit.dumps(spec))
     return folder / "campaign.toml"
 
 
@@ -110,7 +110,7 @@ def test_a_broken_job_prints_one_paragraph_and_exits_2(tmp_path, ray_session, pr
     folder = shutil.copytree(EXAMPLES / "nanogpt_style", tmp_path / "broken")
     spec = tomllib.loads((folder / "campaign.toml").read_text())
     spec["command"] = [*spec["command"], "--no_such_setting=1"]  # the script refuses it and exits 1
-    (folder / "campaign.toml").write_text(tomli_w.dumps(spec))
+    (folder / "campaign.toml").write_text(tomlkit.dumps(spec))
     assert main(["campaign", str(folder / "campaign.toml"), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     message = [ln for ln in err.splitlines() if ln.startswith("infrarsi: error:")]

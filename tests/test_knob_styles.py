@@ -5,7 +5,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import tomli_w
+import tomlkit
 
 from infrarsi.command import render_command
 from infrarsi.engine.builtin_priors import builtin_priors
@@ -46,7 +46,7 @@ def _spec(tmp_path: Path, **changes) -> dict:
 
 def _load(tmp_path: Path, **changes):
     path = tmp_path / "campaign.toml"
-    path.write_text(tomli_w.dumps(_spec(tmp_path, **changes)))
+    path.write_text(tomlkit.dumps(_spec(tmp_path, **changes)))
     return load_spec(path)
 
 
@@ -120,7 +120,7 @@ def test_builtin_priors_apply_by_kind_and_level_whatever_the_knob_is_called(tmp_
     for knob in plain["knobs"].values():
         knob.pop("kind", None)
     path = tmp_path / "plain.toml"
-    path.write_text(tomli_w.dumps(plain))
+    path.write_text(tomlkit.dumps(plain))
     spec = load_spec(path)
     names = {k for k, _ in builtin_priors(spec.space, spec.baseline, on_cpu=True).settings}
     assert names == {"compile", "threads"}

@@ -48,6 +48,9 @@ def test_the_builtin_patches_load_and_stay_in_scope():
      "touching a locked path"),
     ("diff --git a/model.py b/model.py\nnew file mode 120000\n--- /dev/null\n+++ b/model.py\n@@ -0,0 +1 @@\n"
      "+data.py\n\\ No newline at end of file\n", "symlink"),
+    # git reads the mode in octal, leading zeros and all: 0120000 is a symlink too
+    ("diff --git a/model.py b/model.py\nnew file mode 0120000\n--- /dev/null\n+++ b/model.py\n@@ -0,0 +1 @@\n"
+     "+data.py\n\\ No newline at end of file\n", "symlink"),
     # The header names model.py only; git apply renames the locked data.py onto it.
     ("diff --git a/model.py b/model.py\nsimilarity index 100%\nrename from data.py\nrename to model.py\n",
      "renames or copies 'data.py' -> 'model.py', touching a locked path"),
