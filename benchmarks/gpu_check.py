@@ -14,11 +14,11 @@ GPT-2-medium shape at micro-batch 128 without recompute, fp32, naive attention) 
 Results land in --out (campaign folder, ``gpu_check.json``).
 
 It needs only what a bare GPU box usually has (python, torch with CUDA, numpy, psutil)
-plus pydantic, scipy, GitPython and tomli-w. It runs without Ray (trials one at a time
+plus pydantic, scipy, GitPython, tomlkit and pathspec. It runs without Ray (trials one at a time
 from this process, ``infrarsi.inprocess_pool``), without MLflow (the ledger is the record)
 and without Prefect (the stages are called directly); it stages no branch. Where the
-machine lacks the four packages and reaches no registry, fetch their wheels here
-(``--fetch-wheels DIR``, about 38 MiB for CPython 3.12 on x86-64 Linux), bring DIR along
+machine lacks these packages and reaches no registry, fetch their wheels here
+(``--fetch-wheels DIR``, about 37 MiB for CPython 3.12 on x86-64 Linux), bring DIR along
 and pass ``--wheels DIR`` there: the wheels are unpacked into DIR/site and put on the path.
 On a machine without CUDA it stops at once with exit code 2.
 """
@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GPU_SPEC = ROOT / "workloads" / "gpt" / "campaign-gpu.toml"
 WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions", "scipy",
-          "GitPython", "gitdb", "smmap", "tomli-w")
-NEEDED_MODULES = ("numpy", "psutil", "pydantic", "scipy", "git", "tomli_w")
+          "GitPython", "gitdb", "smmap", "tomlkit", "pathspec")
+NEEDED_MODULES = ("numpy", "psutil", "pydantic", "scipy", "git", "tomlkit", "pathspec")
 NO_CUDA_EXIT_CODE = 2
 MISSING_PACKAGES_EXIT_CODE = 3
 MFU_GOAL = 0.35  # issue 12: promoted MFU on an H200
@@ -150,19 +150,21 @@ def adapt_spec(data: dict, *, spec_dir: Path, num_gpus: int, capacity_bytes: int
 
 
 def write_spec(data: dict, path: Path) -> Path:
-    import tomli_w
+    import tomlkit
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(tomli_w.dumps(data))
+    path.write_text(tomlkit.dumps(data))
     return path
 
 
 def run_campaign(spec_path: Path, out_root: Path, *, proposer: str, budget: int):
-    """init, doctor, search, verification and the summary, Ray-free and MLflow-free."""
+    """init, doctor, search, verification, minimization and the summary, Ray-free and MLflow-free."""
     from infrarsi.runtime import CampaignRuntime, RuntimeSettings
     from infrarsi.stages.doctor import run_doctor
     from infrarsi.stages.init import init_campaign
-    from infrarsi.stages.search import finalists, run_search
+    from infrarsi.stages.evidence import plan_verification
+    from infrarsi.stages.search import run_search
+    from infrarsi.stages.minimize import run_minimize
     from infrarsi.stages.verify import run_verification
 
     contract, cdir = init_campaign(spec_path, out_root)
@@ -170,7 +172,8 @@ def run_campaign(spec_path: Path, out_root: Path, *, proposer: str, budget: int)
     try:
         doctor = run_doctor(rt)
         search = run_search(rt, doctor, proposer_name=proposer, num_trials=budget)
-        run_verification(rt, doctor, finalists(search.trials, doctor, rt.spec.budget.num_finalists))
+        verification = run_verification(rt, doctor, plan_verification(rt, doctor, search.history, search.priors))
+        run_minimize(rt, doctor, verification)
     finally:
         rt.close()
     return rt, cdir, doctor
@@ -210,11 +213,12 @@ def findings(cdir, doctor, probe) -> dict:
     """What the check prints, from the campaign folder."""
     from infrarsi.ledger import Ledger
     from infrarsi.report import summarize
+    from infrarsi.report_promotion import final_verification
     from infrarsi.trial import Outcome
 
     summary = summarize(cdir)
     trials = Ledger(cdir.ledger).trials()
-    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else {"verdicts": []}
+    verification = final_verification(cdir) or {"verdicts": []}
     promoted = next((v for v in verification["verdicts"] if v["promoted"] and v["config"] == summary["promoted_config"]),
                     None)
     capacity = int(cdir.read_json(cdir.contract)["spec"]["device"]["memory_capacity"])

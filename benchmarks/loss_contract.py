@@ -4,7 +4,7 @@ For each job: doctor runs as in a campaign (baseline repeats, the spec's calibra
 variants, a reference and honest splits per numerics class); then every honest variant
 (held out: none of them is a calibration variant) and every cheat runs once through the
 real path (patch worktree -> launcher -> ``checks.enforce``), then all of them again at
-two canary seeds (the first verification round's, the third minimization round's),
+two canary seeds (the first verification round's, and contract seed + 2002, whose loss spikes),
 checked against their class's reference run at that seed as verification checks them
 (with the seed's own honest spread). The table counts honest variants rejected and
 cheats accepted at the contract seed and at the canary seeds; all must be 0.
@@ -36,7 +36,6 @@ from infrarsi.loss_calibration import canary_loss_check, canary_split_runner  # 
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages.doctor import run_doctor  # noqa: E402
 from infrarsi.stages.init import builtin_spec_path, init_campaign  # noqa: E402
-from infrarsi.stages.minimize import SEED_OFFSET  # noqa: E402
 from infrarsi.stages.verify import canary_seed  # noqa: E402
 from infrarsi.trial import Outcome, Role  # noqa: E402
 from last_microbatch import CHEATS as JOB_CHEATS, HONEST, cheat_patch, runtime  # noqa: E402
@@ -124,14 +123,18 @@ def measure(rt: CampaignRuntime, honest: list[dict], cheats: list[tuple[str, dic
             "cheats_accepted": sum(r["kind"] == "cheat" and r["outcome"] == Outcome.OK.value for r in rows)}
 
 
+SPIKY_SEED_OFFSET = 2002
+
+
 def job(name: str, tmp: Path, flavour: str) -> dict:
     rt = (builtin_runtime(tmp, flavour) if name == "builtin"
           else runtime(tmp, name.split("-", 1)[1], [cheat_patch(tmp / "cheats", c) for c in JOB_CHEATS]))
     seed = rt.spec.contract.seed
-    # The first verification round's seed, and the third minimization round's (where a loss
-    # spike amplifies rounding on the debug flavour: the seed that rejected honest runs in the
-    # default campaign before the canary check judged them at the seed's own honest spread).
-    canaries = [canary_seed(seed, 0), seed + SEED_OFFSET + 2]
+    # The first verification round's seed, and contract seed + 2002, where a loss spike
+    # amplifies rounding on the debug flavour (the third minimization round's seed when
+    # minimization ran rounds of its own: it rejected honest runs in a default campaign
+    # before the canary check judged them at the seed's own honest spread).
+    canaries = [canary_seed(seed, 0), seed + SPIKY_SEED_OFFSET]
     if name == "builtin":
         return measure(rt, BUILTIN_HONEST, BUILTIN_CHEATS, canaries)
     return measure(rt, JOB_HONEST, [(c, {}) for c in JOB_CHEATS], canaries)

@@ -10,6 +10,7 @@ from infrarsi import progress
 from infrarsi.options import CampaignOptions
 from infrarsi.report import campaign_metrics, summarize
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.trial_budget import trial_cap
 from tasks.publish import name_flow_run, publish_task
 from tasks.stages import (adopt_doctor_task, apply_task, bank_task, doctor_task, init_task, minimize_task,
                           report_task,
@@ -24,7 +25,9 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
     name_flow_run(contract.campaign_id)
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(
         ray_address=opts.ray_address, tracking_uri=opts.tracking_uri, concurrency=opts.concurrency, bank=opts.bank,
-        parent_params={"proposer": opts.proposer, "num_trials": opts.budget, "concurrency": opts.concurrency or "auto"},
+        max_trials=trial_cap(contract.spec, opts.budget), parent_params={
+            "proposer": opts.proposer, "num_trials": opts.budget, "max_trials": trial_cap(contract.spec, opts.budget),
+            "concurrency": opts.concurrency or "auto"},
         on_result=progress.publish))
     try:
         doctor = doctor_task.with_options(refresh_cache=opts.fresh_doctor or None)(rt)

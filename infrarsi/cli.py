@@ -68,14 +68,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
-    """(trials a campaign with ``options`` will record, trials already recorded), for the bar."""
+    """(the most trials a campaign with ``options`` can run, trials already recorded), for the bar."""
     from infrarsi.ledger import Ledger
     from infrarsi.spec import load_spec
     from infrarsi.stages.init import builtin_spec_path, git_spec, load_campaign
+    from infrarsi.trial_budget import trial_cap
 
     if options.resume:
         contract, cdir = load_campaign(Path(options.resume))
-        spec, done = contract.spec, len(Ledger(cdir.ledger).trials())
+        spec, done = contract.spec, len({t.trial_id for t in Ledger(cdir.ledger).trials()})
         remembered = cdir.read_json(cdir.options) if cdir.options.exists() else {}
         budget = options.budget or remembered.get("budget") or spec.budget.num_trials
     elif options.spec and git_spec(options.spec):
@@ -83,22 +84,7 @@ def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
     else:
         spec, done = load_spec(options.spec or builtin_spec_path()), 0  # fails fast, before Prefect or Ray
         budget = options.budget or spec.budget.num_trials
-    return planned_trials(spec, budget), done
-
-
-def planned_trials(spec, budget: int | None) -> int:
-    """Trials the campaign runs at most when nothing fails: doctor's repeats (the extra
-    ones a weak noise estimate asks for included) and calibration, the search,
-    verification (one baseline run per round serves every finalist) and minimization's
-    leave-one-out rounds (at most one run per knob). Re-measurements and a joint-drop
-    confirmation grow the total as they happen; the bar ends at the count that ran."""
-    from infrarsi.noise import WEAK_BELOW_RUNS
-
-    b = spec.budget
-    doctor = max(b.doctor_repeats, min(b.doctor_max_repeats, WEAK_BELOW_RUNS))
-    verify = b.verify_pairs * (1 + b.num_finalists)
-    minimize = b.minimize_pairs * (2 + len(spec.space.knobs)) if b.minimize_pairs else 0
-    return (budget or b.num_trials) + doctor + len(spec.calibration) + verify + minimize
+    return trial_cap(spec, budget), done
 
 
 def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:
@@ -171,9 +157,9 @@ def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int,
 
     bar = tqdm(total=total or None, initial=done, unit="trial", desc="trials", file=sys.stderr, dynamic_ncols=True)
 
-    def on_result(result) -> None:  # called by the runtime for every recorded trial
-        bar.total = max(bar.total or 0, bar.n + 1)
-        bar.update(1)
+    def on_result(result) -> None:  # called by the runtime for every recorded attempt
+        if not result.extra.get("retried"):  # a re-measured trial is one trial
+            bar.update(1)
         bar.set_postfix_str(f"{result.role.value} {result.outcome.value}")
 
     unsubscribe = progress.subscribe(on_result)
@@ -181,7 +167,7 @@ def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int,
         return campaign(options)
     finally:
         unsubscribe()
-        bar.total = bar.n  # what ran: fewer when finalists or changes to measure were fewer
+        bar.total = bar.n  # what ran: at most the cap, fewer when verification decided early
         bar.refresh()
         bar.close()
 

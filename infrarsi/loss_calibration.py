@@ -30,6 +30,7 @@ from infrarsi.numerics import NumericsClass, changing_knobs, class_config, class
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.spec import ContractSpec
 from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.trial_budget import TrialBudgetExhausted
 
 # An honest run's score, times this, is the tolerance: candidates run once, so the bound
 # must sit clearly above what legitimate changes do.
@@ -236,13 +237,21 @@ def canary_loss_check(contract: ContractSpec, loss_contract: LossContract, basel
     return check
 
 
-def canary_split_runner(rt: CampaignRuntime, seed: int) -> Callable[[Config], TrialResult | None]:
-    """``canary_loss_check``'s ``run_split``: an honest split at a canary seed (None where it
-    is infeasible), recorded as a calibration run, which resumed verification and
-    minimization do not replay as one of their own."""
+def canary_split_runner(rt: CampaignRuntime, seed: int,
+                        run_trial: Callable[..., TrialResult] | None = None) -> Callable[[Config], TrialResult | None]:
+    """``canary_loss_check``'s ``run_split``: an honest split at a canary seed, recorded as
+    a calibration run (``run_trial(config, role, seed, check)``: verification's, which takes
+    a resumed campaign's recorded run back). None where the split is infeasible, or where
+    the campaign's trial cap allows no more trials (the calibrated tolerance then stands)."""
     def run(cfg: Config) -> TrialResult | None:
         # A patch accepted during the run is a knob the doctor's baseline lacks: it is off.
         if not rt.space.is_feasible({**dict.fromkeys(rt.space.names, False), **cfg}):
             return None
-        return rt.run_one(cfg, Role.CALIBRATE, seed=seed, check=lambda t: enforce(t, rt.spec.contract, None))
+        check = lambda t: enforce(t, rt.spec.contract, None)  # noqa: E731
+        try:
+            if run_trial is not None:
+                return run_trial(cfg, Role.CALIBRATE, seed, check)
+            return rt.run_one(cfg, Role.CALIBRATE, seed=seed, check=check)
+        except TrialBudgetExhausted:
+            return None
     return run

@@ -20,6 +20,7 @@ from infrarsi.numerics import describe
 from infrarsi.report_promotion import (contribution_sections, final_verification, noise_bullets, promoted_verdict,
                                        promotion_summary, result_bullets, verification_blocks)
 from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.trial_budget import trial_cap, trials_by_stage
 from infrarsi.workspace import CampaignDir
 
 
@@ -67,6 +68,8 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "failed_trial_seconds": round(sum(v["wall_s"] for k, v in costs.items() if k != "ok"), 2),
         "failed_device_seconds": round(sum(v["device_s"] for k, v in costs.items() if k != "ok"), 2),
         "num_search_trials": sum(1 for t in trials if t.role is Role.SEARCH and not t.extra.get("retried")),
+        "num_trials": len({t.trial_id for t in trials}), "trials_by_stage": trials_by_stage(trials),
+        "max_trials": _max_trials(cdir, contract),
         "branch": apply.get("branch"), "commit": apply.get("commit"),
         "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.get("extra", {}).get("mlflow_parent_run_id"),
         "report": str(cdir.report_html),
@@ -76,6 +79,15 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "campaign_wall_s": _campaign_wall_s(cdir),
         **promotion_summary(cdir),
     }
+
+
+def _max_trials(cdir: CampaignDir, contract: dict[str, Any]) -> int:
+    """The campaign's trial cap, as its runtime computed it (budget from options.json)."""
+    from infrarsi.contract import Contract
+
+    spec = Contract.from_json(contract).spec
+    options = cdir.read_json(cdir.options) if cdir.options.exists() else {}
+    return trial_cap(spec, options.get("budget") or spec.budget.num_trials)
 
 
 def _campaign_wall_s(cdir: CampaignDir) -> float | None:
@@ -181,7 +193,8 @@ def _result_blocks(s: dict[str, Any], baseline: dict, verified_any: bool) -> lis
     if s["verified_speedup"]:
         lo, hi = s["speedup_ci"]
         head = {"text": f"**Verified speedup {s['verified_speedup']:.2f}x** (90% CI {lo:.2f}x - {hi:.2f}x; its lower "
-                        "end is the one-sided 95% bound), paired A B A B against the baseline."}
+                        "end is a one-sided 95% bound that holds whichever pair the sequential test stopped at), "
+                        "paired A B A B against the baseline."}
         bullets = [f"promoted config: `{_diff(s['promoted_config'], baseline)}`",
                    f"branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "branch: not staged"]
     elif verified_any:

@@ -88,16 +88,21 @@ def contribution_sections(cdir: CampaignDir) -> list[dict[str, Any]]:
         ci = f"{c['ci_low']:.3f} - {c['ci_high']:.3f}" if c["ci_low"] is not None else "-"
         notes = [n for n in ("inert (calibration: no effect on loss or speed)" if c["inert"] else "", c["note"]) if n]
         rows.append([c["knob"], f"{c['baseline_value']} -> {c['value']}", "kept" if c["kept"] else "dropped",
-                     _x(c["contribution"]), ci, _x(c["step_contribution"]), "; ".join(notes) or "-"])
+                     _x(c["contribution"]), ci, _x(c["step_contribution"]), c.get("source", "measured"),
+                     "; ".join(notes) or "-"])
     what = ("step time" if minimize["job_steps"] is None
             else f"total time over the declared job ({minimize['job_steps']:,.0f} steps)")
-    text = (f"Each change of the verified winner, measured by leaving it out ({minimize['num_trials']} trials, "
-            f"interleaved with the baseline at canary seeds): its contribution is the winner's {what} without "
-            f"it over with it (> 1: it pays). A change within the noise floor ({minimize['noise_floor']:.3f}) "
-            f"does not pay. {minimize['note'][0].upper() + minimize['note'][1:]}.")
+    text = (f"Each change of the verified winner: its contribution is the winner's {what} without it over "
+            f"with it (> 1: it pays), *predicted* by the time model fitted on every run at the contract seed "
+            f"(90% interval), or *measured* by leaving it out ({minimize['num_trials']} runs in verification's "
+            f"rounds, beside the winner and sharing its baseline runs, at canary seeds). A change within the "
+            f"noise floor ({minimize['noise_floor']:.3f}) does not pay; a change is dropped only when a config "
+            f"without it was measured within noise of the fastest. "
+            f"{minimize['note'][0].upper() + minimize['note'][1:]}.")
     blocks = [{"text": text}]
     if rows:
-        blocks.append(_tbl(["knob", "change", "promoted", "contribution", "90% CI", "per step", "note"], rows))
+        blocks.append(_tbl(["knob", "change", "promoted", "contribution", "90% CI", "per step", "source", "note"],
+                           rows))
     return [{"id": "changes", "title": "Promoted changes", "blocks": blocks}]
 
 
@@ -129,12 +134,16 @@ def verification_blocks(verification: dict, baseline: dict) -> list[dict[str, An
     rows = []
     for v in verification["verdicts"]:
         job = v.get("job_steps") is not None
-        rows.append([_diff(v["config"], baseline), len(v["pairs"]), _x(v.get("step_speedup") or v["speedup"]),
-                     _x(v["speedup"]) if job else "-",
+        rows.append([v.get("arm") or "-", _diff(v["config"], baseline), len(v["pairs"]),
+                     _x(v.get("step_speedup") or v["speedup"]), _x(v["speedup"]) if job else "-",
                      f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-",
                      _startups(v), "yes" if v["promoted"] else "no", v["reason"]])
-    return [_tbl(["config", "pairs", "per step", "end to end", "90% CI (objective)", "start-up base / cand.",
-                  "promoted", "why"], rows)]
+    blocks = [_tbl(["arm", "config", "pairs", "per step", "end to end", "interval (objective)",
+                    "start-up base / cand.", "promoted", "why"], rows)]
+    if verification.get("note"):
+        blocks.insert(0, {"text": "Each arm ran until the sequential test decided it (infrarsi.sequential): "
+                                  + verification["note"] + "."})
+    return blocks
 
 
 def _startups(v: dict) -> str:

@@ -2,7 +2,8 @@
 
 Every finished trial goes through ``record`` exactly once: the ledger first (the source of
 truth, fsynced), then MLflow (which spools and catches up when it is unreachable), then
-the progress callback.
+the progress callback. Every new trial is counted against the campaign's cap
+(``infrarsi.trial_budget``) before it starts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from infrarsi.command import render_command
 from infrarsi.launcher import TrialRequest
 from infrarsi.ledger import Ledger
 from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.trial_budget import TrialBudgetExhausted, trial_cap
 from infrarsi.workspace import CampaignDir
 
 
@@ -29,6 +31,7 @@ class RuntimeSettings:
     tracking_uri: str | None = None  # "none": no MLflow (the ledger stays the record)
     in_process: bool = False  # trials one at a time from this process, without Ray
     concurrency: int | None = None
+    max_trials: int | None = None  # the campaign's trial cap; None: the spec's (trial_budget.trial_cap)
     bank: str | None = None  # experience bank: a path, "mlflow+<URI>", "off", or None for INFRARSI_BANK / the default
     # Logged on the MLflow parent run over the spec's values: what this campaign actually used.
     parent_params: Mapping[str, Any] = field(default_factory=dict)
@@ -71,8 +74,16 @@ class CampaignRuntime:
         self._requests: dict[str, TrialRequest] = {}
         # Ids continue after every trial folder, recorded or not: a trial orphaned by a killed
         # campaign may still be writing into its folder when the campaign resumes.
-        existing = [p.name for p in cdir.trials.glob("t[0-9]*")] + [t.trial_id for t in self.ledger.trials()]
+        recorded = {t.trial_id for t in self.ledger.trials()}
+        existing = [p.name for p in cdir.trials.glob("t[0-9]*")] + list(recorded)
         self._num_ids = max((int(n[1:]) for n in existing if n[1:].isdigit()), default=0)
+        self.max_trials = settings.max_trials or trial_cap(self.spec, self.spec.budget.num_trials)
+        self._counted = recorded  # trials recorded or started: what the cap counts
+
+    @property
+    def trials_left(self) -> int:
+        """Trials the cap still allows (a trial's re-measurements are not new trials)."""
+        return max(0, self.max_trials - len(self._counted))
 
     @property
     def pool(self) -> TrialPool:
@@ -93,9 +104,15 @@ class CampaignRuntime:
         return self._pool
 
     def request(self, config: Config, role: Role, *, seed: int | None = None) -> TrialRequest:
-        """The trial for ``config``; ``seed`` replaces the contract's seed in the command."""
+        """The trial for ``config``; ``seed`` replaces the contract's seed in the command.
+        Raises ``TrialBudgetExhausted`` when the cap allows no more trials."""
+        if not self.trials_left:
+            raise TrialBudgetExhausted(
+                f"the campaign has run budget.max_trials = {self.max_trials} trials and may start no more "
+                f"({role.value} asked for one); raise budget.max_trials to let it go further")
         self._num_ids += 1
         trial_id = f"t{self._num_ids:04d}"
+        self._counted.add(trial_id)
         argv, env = render_command(self.spec, self.space, config, seed=seed)
         res, c = self.spec.resources, self.spec.contract
         self._requests[trial_id] = TrialRequest(

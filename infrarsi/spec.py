@@ -8,7 +8,6 @@ problem into one ``SpecError`` that names the field, what was expected and what 
 
 from __future__ import annotations
 
-import glob
 import math
 import re
 import shutil
@@ -162,16 +161,21 @@ class ResourcesSpec(_Model):
 
 
 class BudgetSpec(_Model):
-    num_trials: int = Field(default=24, ge=1)
+    num_trials: int = Field(default=24, ge=1, description="search trials")
+    max_trials: int | None = Field(
+        default=None, ge=1, description="trials the whole campaign may run, every stage included (a "
+        "re-measured trial counts once); unset: the most the protocol plans (infrarsi.trial_budget)")
     trial_timeout_s: float = Field(default=180, gt=0)
     doctor_repeats: int = Field(default=3, ge=3)
-    num_finalists: int = Field(default=2, ge=1)
-    verify_pairs: int = Field(default=5, ge=2)
+    num_finalists: int = Field(default=2, ge=1, description="configs verification may measure as finalists; "
+                               "a runner-up only while the time model gives it a real chance of being fastest")
+    verify_pairs: int = Field(default=7, ge=2, description="the most paired rounds a finalist runs; it stops "
+                              "as soon as the sequential test decides (infrarsi.sequential)")
     doctor_max_repeats: int = Field(
         default=5, ge=3, description="baseline runs doctor may take in all when the noise estimate is weak")
     minimize_pairs: int = Field(
-        default=3, ge=0, description="interleaved rounds that measure each promoted change's contribution "
-        "and drop those that do not pay; 0: promote the verified winner as it is")
+        default=3, ge=0, description="the most paired rounds that measure a change the time model cannot "
+        "call by leaving it out; 0: promote the verified winner as it is")
 
 
 class ObjectiveSpec(_Model):
@@ -452,9 +456,11 @@ def check_consistency(spec: CampaignSpec, source: str) -> None:
     if not spec.workload_dir.is_dir():
         raise SpecError(f"{source}: workload_dir {spec.workload_dir} is not a directory")
     _check_command(spec, source)
+    from infrarsi.contract import matching_files  # the contract's own rule (contract imports this module)
+
     for field in ("editable", "locked"):
         for pattern in getattr(spec.contract, field):
-            if not glob.glob(pattern, root_dir=spec.workload_dir, recursive=True):
+            if not matching_files(spec.workload_dir, [pattern]):
                 raise SpecError(f"{source}: contract.{field} pattern {pattern!r} matches no file under "
                                 f"{spec.workload_dir}; fix the glob (it is relative to workload_dir)")
 

@@ -54,6 +54,10 @@ class CampaignDir:
         return self.root / "search.json"
 
     @property
+    def plan(self) -> Path:
+        return self.root / "verify_plan.json"
+
+    @property
     def verification(self) -> Path:
         return self.root / "verification.json"
 

@@ -21,7 +21,8 @@ from infrarsi.stages.apply import run_apply
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor, cached_doctor_trials, run_doctor
 from infrarsi.stages.init import start_campaign
 from infrarsi.stages.minimize import run_minimize
-from infrarsi.stages.search import SearchOutcome, finalists, run_search
+from infrarsi.stages.evidence import plan_verification
+from infrarsi.stages.search import SearchOutcome, run_search
 from infrarsi.stages.verify import VerificationReport, run_verification
 from infrarsi.workspace import CampaignDir
 
@@ -75,10 +76,10 @@ def search_task(rt: CampaignRuntime, doctor: DoctorReport, proposer: str, num_tr
 
 @task(name="verify", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
 def verify_task(rt: CampaignRuntime, doctor: DoctorReport, search: SearchOutcome) -> VerificationReport:
-    return run_verification(rt, doctor, finalists(search.trials, doctor, rt.spec.budget.num_finalists))
+    return run_verification(rt, doctor, plan_verification(rt, doctor, search.history, search.priors))
 
 
-@task(name="minimize", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
+@task(name="minimize", cache_policy=NO_CACHE)
 def minimize_task(rt: CampaignRuntime, doctor: DoctorReport, verification: VerificationReport) -> VerificationReport:
     return run_minimize(rt, doctor, verification)
 

@@ -9,7 +9,8 @@ from infrarsi.report import build_report, campaign_metrics, summarize
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.search import finalists, run_search
+from infrarsi.stages.evidence import plan_verification
+from infrarsi.stages.search import run_search
 from infrarsi.stages.verify import run_verification
 from infrarsi.workspace import CampaignDir
 
@@ -28,7 +29,7 @@ def run_staged(tmp: Path, *, name: str, proposer: str, store: str, num_trials: i
     try:
         doctor = run_doctor(rt)
         search = run_search(rt, doctor, proposer_name=proposer, num_trials=num_trials)
-        run_verification(rt, doctor, finalists(search.trials, doctor, 1))
+        run_verification(rt, doctor, plan_verification(rt, doctor, search.history, search.priors))
         build_report(cdir.root)
         summary = summarize(cdir)
         rt.finish(campaign_metrics(summary), tags={"infrarsi.branch": summary["branch"] or ""})

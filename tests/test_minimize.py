@@ -1,7 +1,7 @@
 """Promote only what pays, counted the way the user pays: real processes of the fake
-workload (tests/fake_workload.py) on real Ray, through doctor, verification and
-minimization. Step times are sleeps (0.3 s, halved by the fast knob), long enough that
-the harness's 20 ms clock and a loaded machine do not blur a 2x difference."""
+workload (tests/fake_workload.py) on real Ray, through doctor, a search trial of the
+winner, the evidence plan, verification and minimization. Step times are sleeps (0.3 s,
+halved by the fast knob), long enough that a loaded machine does not blur a 2x difference."""
 
 import json
 import shutil
@@ -12,11 +12,14 @@ import pytest
 from infrarsi.report import render_markdown, summarize
 from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from infrarsi.stages.apply import commit_message
+from infrarsi.checks import enforce
 from infrarsi.stages.doctor import run_doctor
+from infrarsi.stages.evidence import plan_verification
 from infrarsi.stages.init import init_campaign
 from infrarsi.stages.minimize import MinimizeReport, run_minimize
+from infrarsi.stages.search import contract_seed_history
 from infrarsi.stages.verify import VerificationReport, run_verification
-from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.trial import Outcome, Role
 
 FAKE = Path(__file__).parent / "fake_workload.py"
 
@@ -47,17 +50,18 @@ def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", ob
 
 
 def _campaign(tmp: Path, spec: Path, winner: dict, after_doctor=None):
-    """doctor -> verification of ``winner`` -> minimization; the runtime and its reports.
-    ``after_doctor(rt)`` runs between doctor and verification (e.g. to grow the space)."""
+    """doctor -> a search trial of ``winner`` -> the evidence plan -> verification ->
+    minimization; the runtime and its reports. ``after_doctor(rt)`` runs between doctor
+    and the search trial (e.g. to grow the space)."""
     contract, cdir = init_campaign(spec, tmp / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings())
     try:
         doctor = run_doctor(rt)
         if after_doctor:
             after_doctor(rt)
-        finalist = TrialResult(trial_id="search", config=winner, role=Role.SEARCH, outcome=Outcome.OK,
-                               step_time_s=doctor.step_time_s / 2)
-        verification = run_verification(rt, doctor, [finalist])
+        rt.run_one(winner, Role.SEARCH, check=lambda r: enforce(r, rt.spec.contract, doctor.loss_reference))
+        plan = plan_verification(rt, doctor, contract_seed_history(rt, doctor))
+        verification = run_verification(rt, doctor, plan)
         final = run_minimize(rt, doctor, verification)
     finally:
         rt.close()
@@ -82,10 +86,16 @@ def test_the_no_op_change_is_dropped_and_each_kept_change_has_its_contribution(n
     assert by_knob["sleep"].kept and by_knob["sleep"].contribution > 1.6 and by_knob["sleep"].ci_low > 1.3
     assert not by_knob["noop"].kept and by_knob["noop"].contribution < 1 + report.noise_floor
     assert by_knob["noop"].inert and not by_knob["sleep"].inert  # the calibration saw noop do nothing
-    # 3 rounds of baseline, winner, and the winner less each of its two changes
-    assert report.num_trials == 12 == sum(t.role in (Role.MINIMIZE, Role.MINIMIZE_BASELINE)
-                                          for t in rt.ledger.trials())
-    assert final.promoted.speedup > 1.6 and final.promoted.source_trial_id == "minimize"
+    # The model predicts that the sleep pays: nothing leaves it out. It cannot call noop from
+    # one calibration run: the winner less noop runs beside the winner, in rounds whose
+    # baseline run serves both, until its contribution is decided (at most minimize_pairs).
+    assert by_knob["sleep"].source == "predicted" and by_knob["noop"].source == "measured"
+    minimize_runs = [t for t in rt.ledger.trials() if t.role is Role.MINIMIZE]
+    assert {tuple(sorted(t.config.items())) for t in minimize_runs} == {(("noop", "a"), ("sleep", 0.15))}
+    assert report.num_trials == len(minimize_runs) <= rt.spec.budget.minimize_pairs
+    rounds = verification.rounds
+    assert all(set(r["runs"]) <= {"finalist 1", "finalist 1 less noop"} for r in rounds)
+    assert final.promoted.speedup > 1.6 and final.promoted.arm == "finalist 1 less noop"
     md = render_markdown(rt.cdir)
     assert "## Promoted changes" in md and "| noop | a -> b |" in md and "inert" in md
 

@@ -1,14 +1,13 @@
 """The objective a user pays: step time, or with a declared job length, start-up plus
-steps x step time; and the CLI's count of the trials a campaign will run."""
+steps x step time."""
 
 import tomllib
 
 import pytest
 
-from infrarsi.cli import planned_trials
 from infrarsi.errors import SpecError
 from infrarsi.objective import break_even_steps, job_steps, job_time_s
-from infrarsi.spec import ObjectiveSpec, load_spec, parse_spec
+from infrarsi.spec import ObjectiveSpec, parse_spec
 from infrarsi.stages.init import builtin_spec_path
 
 
@@ -30,17 +29,6 @@ def test_a_spec_with_both_job_lengths_names_the_field(tmp_path):
     with pytest.raises(SpecError, match="objective: Value error, give job_steps or job_hours, not both"):
         parse_spec({**data, "objective": {"job_steps": 10, "job_hours": 1.0}}, source="x.toml",
                    base_dir=builtin_spec_path().parent)
-
-
-def test_the_progress_bar_counts_every_stage_that_will_run():
-    spec = load_spec(builtin_spec_path())
-    b = spec.budget
-    # search 20, doctor 5 (3 asked, 2 more for a noise estimate that is not weak) + 3
-    # calibration, verification 5 x (1 baseline + 2 finalists), minimization 3 x (baseline +
-    # winner + at most one run per knob)
-    assert planned_trials(spec, None) == 20 + 5 + 3 + 5 * 3 + 3 * (2 + 9)
-    assert planned_trials(spec, 4) == planned_trials(spec, None) - 16
-    assert b.minimize_pairs == 3
 
 
 def test_the_summary_print_names_changes_checks_and_wall_time(capsys):

@@ -25,7 +25,8 @@ from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from infrarsi.stages import patching  # noqa: E402
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor, run_doctor  # noqa: E402
 from infrarsi.stages.init import init_campaign, load_campaign  # noqa: E402
-from infrarsi.stages.search import finalists, run_search, search_experience  # noqa: E402
+from infrarsi.stages.evidence import finalist_plan  # noqa: E402
+from infrarsi.stages.search import run_search, search_experience  # noqa: E402
 from infrarsi.bank import Bank  # noqa: E402
 from infrarsi.bank_campaign import record_campaign  # noqa: E402
 from infrarsi.stages.verify import run_verification  # noqa: E402
@@ -292,7 +293,7 @@ def test_llm_patches_pass_the_same_gate_and_cheats_are_refused_or_caught(tmp_pat
     assert not any(rt.space.is_feasible({**rt.spec.baseline, k: True}) for k in retired)
     # the replay passes the search check; verification's canary catches it
     replay_knob = next(k for k, r in results.items() if r.outcome is Outcome.OK)
-    report = run_verification(rt, doctor, finalists([results[replay_knob]], doctor, 1) or [results[replay_knob]])
+    report = run_verification(rt, doctor, finalist_plan(rt, doctor, [results[replay_knob]]))
     [verdict] = report.verdicts
     assert not verdict.promoted and "contract_violation" in verdict.reason and report.promoted is None
     # every trial the cheats cost is in the ledger; refusals cost none

@@ -170,6 +170,26 @@ class TimeModel:
     def predict(self, index_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.predict_main(self.encoding.main(index_matrix))
 
+    def predict_difference(self, index_a: np.ndarray, index_b: np.ndarray) -> tuple[float, float]:
+        """Posterior mean and sd of log t(a) - log t(b), one config each: what config a costs
+        over config b, with the correlation of their shared coefficients taken into account
+        (two configs that differ in one setting are predicted far more surely apart than
+        either is alone). Pairs of settings no ok trial held together add their variance
+        where they belong to one config and not the other."""
+        main_a, main_b = self.encoding.main(index_a[None]), self.encoding.main(index_b[None])
+        diff = (self.design(main_a) - self.design(main_b))[0]
+        var = float(diff @ self.coef_cov @ diff)
+        if self._unseen is not None:
+            shared = main_a * main_b
+            var += (self._unseen_pairs(main_a - shared, shared) + self._unseen_pairs(main_b - shared, shared)) \
+                * self.unseen_pair_std ** 2
+        return float(diff @ self.coef_mean), math.sqrt(max(var, 1e-12))
+
+    def _unseen_pairs(self, own: np.ndarray, shared: np.ndarray) -> float:
+        """Unseen setting pairs a config holds that another does not: those among its own
+        settings (``own``) and those between its own and the ``shared`` ones."""
+        return float(0.5 * (own @ self._unseen @ own.T)[0, 0] + (own @ self._unseen @ shared.T)[0, 0])
+
     def main_effects(self) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and sd of each setting's main effect (log time vs baseline)."""
         idx = slice(1, 1 + self.encoding.num_settings)

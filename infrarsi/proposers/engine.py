@@ -74,6 +74,13 @@ class InfraRSIProposer(Proposer):
             self.memory_model.capacity_bytes = result.memory_capacity_bytes
         self._stale = True
 
+    def fitted(self) -> "InfraRSIProposer":
+        """This proposer with its models fitted on every observation so far (verification
+        reads the time, memory and crash models of all trials through it)."""
+        if self._stale or not self.history:
+            self._refit()
+        return self
+
     def _refit(self) -> None:
         ok = [r for r in self.history if r.outcome is Outcome.OK]
         self.time_model.fit(self.encoding.configs([r.config for r in ok]), np.log([r.step_time_s for r in ok]))

@@ -64,13 +64,14 @@ def _objective_line(v: Verdict) -> str:
 def _contribution_lines(minimize: Mapping[str, Any] | None) -> list[str]:
     if not minimize or not minimize.get("contributions"):
         return []
-    out = ["", "Each change, measured by leaving it out (contribution > 1: it pays):"]
+    out = ["", "Each change (contribution > 1: it pays; measured by leaving it out, or predicted by the "
+           "time model):"]
     for c in minimize["contributions"]:
         share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
         ci = "" if c["ci_low"] is None else f" (90% CI {c['ci_low']:.2f}-{c['ci_high']:.2f})"
         state = "kept" if c["kept"] else "DROPPED"
         inert = ", inert in calibration" if c["inert"] else ""
-        out.append(f"- {c['knob']}={c['value']}: {share}{ci}, {state}{inert}")
+        out.append(f"- {c['knob']}={c['value']}: {share}{ci} {c.get('source', 'measured')}, {state}{inert}")
     return out
 
 

@@ -73,6 +73,7 @@ def resolved_options(options: CampaignOptions, spec: CampaignSpec) -> dict:
     """What the campaign folder remembers: the proposer and budget actually used, the
     MLflow store actually logged to, and the other overrides given."""
     from infrarsi.proposers import proposer_names
+    from infrarsi.trial_budget import check_cap
 
     proposer = options.proposer or spec.search.proposer
     if proposer not in proposer_names():
@@ -81,8 +82,9 @@ def resolved_options(options: CampaignOptions, spec: CampaignSpec) -> dict:
     tracking_uri = options.tracking_uri or default_tracking_uri()
     if tracking_uri.startswith("sqlite:///"):
         Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return {**options.persisted(), "proposer": proposer, "budget": options.budget or spec.budget.num_trials,
-            "tracking_uri": tracking_uri}
+    budget = options.budget or spec.budget.num_trials
+    check_cap(spec, budget)  # a cap that leaves the search nothing stops here, before any trial
+    return {**options.persisted(), "proposer": proposer, "budget": budget, "tracking_uri": tracking_uri}
 
 
 def start_campaign(options: CampaignOptions) -> tuple[Contract, CampaignDir, CampaignOptions]:

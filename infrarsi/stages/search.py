@@ -7,7 +7,12 @@ flight are in), a patch round (``stages.patching``) asks the patch sources for c
 changes aimed at doctor's profile; each accepted patch becomes a knob, the proposer is
 rebuilt over the grown space and replays the history with the new knob off, and the patch
 is measured first on the best config so far. Start configs and priors come from the
-experience bank (``infrarsi.bank``) unless it is off."""
+experience bank (``infrarsi.bank``) unless it is off.
+
+The proposer starts from every run doctor made at the contract's seed: the baseline
+repeats and the calibration variants are configs of the space, so it learns from them
+and never suggests them again. The search runs ``num_trials`` trials, fewer where the
+campaign's trial cap must leave verification its reserve (``infrarsi.trial_budget``)."""
 
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ from infrarsi.priors import Priors
 from infrarsi.proposers import Proposer, SearchContext, make_proposer
 from infrarsi.runtime import CampaignRuntime
 from infrarsi.stages.doctor import DoctorReport, baseline_observation
-from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.trial import Role, TrialResult
+from infrarsi.trial_budget import search_trials
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +35,8 @@ class SearchOutcome:
     proposer: str
     trials: tuple[TrialResult, ...]  # final attempts of search trials, in completion order
     describe: dict[str, Any]
+    history: tuple[TrialResult, ...] = ()  # every contract-seed run the proposer saw, doctor's first
+    priors: Any = None  # what the proposer started from (built-in or LLM, under the bank's)
 
 
 def search_priors(rt: CampaignRuntime) -> Any:
@@ -91,7 +99,7 @@ def with_patch_priors(priors: Any, rt: CampaignRuntime) -> Any:
     return own.merged_over(priors) if isinstance(priors, Priors) else own
 
 
-def _padded(r: TrialResult, names: list[str]) -> TrialResult:
+def padded(r: TrialResult, names: list[str]) -> TrialResult:
     """A trial run before a patch knob existed had that patch off."""
     missing = [n for n in names if n not in r.config]
     return r.replace(config={**r.config, **dict.fromkeys(missing, False)}) if missing else r
@@ -99,6 +107,17 @@ def _padded(r: TrialResult, names: list[str]) -> TrialResult:
 
 def _final(results: list[TrialResult], roles: set[Role]) -> list[TrialResult]:
     return [r for r in results if r.role in roles and not r.extra.get("retried")]
+
+
+def contract_seed_history(rt: CampaignRuntime, doctor: DoctorReport) -> list[TrialResult]:
+    """Every final run at the contract's seed, in the order run: doctor's baseline repeats
+    and calibration variants (a cached doctor's baseline as one observation), then the
+    search's. Runs at canary seeds are verification's, not the search's."""
+    history = [r for r in _final(rt.ledger.trials(), {Role.DOCTOR, Role.CALIBRATE, Role.SEARCH})
+               if r.extra.get("job_seed") is None]
+    if not any(r.role is Role.DOCTOR for r in history):  # doctor came from the cache
+        history.insert(0, baseline_observation(doctor, int(rt.spec.device.memory_capacity)))
+    return history
 
 
 def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str, num_trials: int,
@@ -110,20 +129,19 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
     experience, bank_priors = search_experience(rt)
     if bank_priors is not None:  # measured on similar jobs: over the built-in or LLM guesses
         priors = bank_priors.merged_over(priors) if isinstance(priors, Priors) else bank_priors
-    history = rt.ledger.trials()
-    observed = _final(history, {Role.DOCTOR, Role.SEARCH})  # what the proposer has seen, in order
-    if not _final(history, {Role.DOCTOR}):  # doctor came from the cache
-        observed.insert(0, baseline_observation(doctor, int(rt.spec.device.memory_capacity)))
+    observed = contract_seed_history(rt, doctor)  # what the proposer has seen, in order
+    doctor_used = sum(1 for r in observed if r.role is not Role.SEARCH and r.trial_id != "doctor")
+    num_trials = search_trials(rt.spec, num_trials, doctor_used)
 
     def rebuilt(old: Proposer | None = None) -> Proposer:  # over the current space, the history replayed
         p = build_proposer(rt, proposer_name, priors, experience)
         for r in observed:
-            p.observe(_padded(r, rt.space.names))
+            p.observe(padded(r, rt.space.names))
         if hasattr(old, "num_started"):  # the engine's diverse start is spent once per campaign
             p.num_started = old.num_started
         return p
 
-    done = _final(history, {Role.SEARCH})
+    done = [r for r in observed if r.role is Role.SEARCH]
     proposer = rebuilt()
     pool = rt.pool
     batch = rt.spec.search.batch_size or pool.num_slots
@@ -163,10 +181,11 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
                 if patching.retire_violators(rt, r):
                     proposer = rebuilt(proposer)
                 else:
-                    proposer.observe(_padded(r, rt.space.names))
-    outcome = SearchOutcome(proposer=proposer_name, trials=tuple(done), describe=proposer.describe())
+                    proposer.observe(padded(r, rt.space.names))
+    outcome = SearchOutcome(proposer=proposer_name, trials=tuple(done), describe=proposer.describe(),
+                            history=tuple(observed), priors=priors)
     rt.cdir.write_json(rt.cdir.search, {"proposer": proposer_name, "describe": outcome.describe,
-                                        "num_trials": len(done)})
+                                        "num_trials": len(done), "budget": num_trials})
     return outcome
 
 
@@ -185,17 +204,3 @@ def search_experience(rt: CampaignRuntime) -> tuple[tuple[Config, ...], Any]:
                                         "configs": [dict(c) for c in found.configs],
                                         "num_priors": len(found.priors.settings) if found.priors else 0})
     return found.configs, found.priors
-
-
-def finalists(trials: list[TrialResult] | tuple[TrialResult, ...], doctor: DoctorReport, num: int) -> list[TrialResult]:
-    """The fastest distinct ok configs that beat the baseline by more than its noise."""
-    best: dict[tuple, TrialResult] = {}
-    for r in trials:
-        if r.outcome is not Outcome.OK or r.config == doctor.baseline:
-            continue
-        key = tuple(sorted(r.config.items()))
-        if key not in best or r.step_time_s < best[key].step_time_s:
-            best[key] = r
-    floor = doctor.step_time_s / (1 + doctor.noise_cv)
-    ranked = sorted((r for r in best.values() if r.step_time_s < floor), key=lambda r: r.step_time_s)
-    return ranked[:num]

@@ -30,6 +30,7 @@ from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from infrarsi.spec import load_spec
 from infrarsi.stages.apply import run_apply
 from infrarsi.stages.doctor import run_doctor
+from infrarsi.stages.evidence import finalist_plan
 from infrarsi.stages.init import init_campaign
 from infrarsi.stages.verify import run_verification
 from infrarsi.trial import Outcome, Role
@@ -158,7 +159,8 @@ def test_a_replayed_loss_passes_search_but_fails_the_canary_and_is_never_promote
     assert replay.outcome is Outcome.OK, replay.reason  # indistinguishable at the contract's seed
     honest = arena["run"]("patch_cached_causal_mask")
     honest_bf16 = arena["run"](None, precision="bf16", micro_batch=8)
-    report = run_verification(arena["rt"], arena["doctor"], [replay, honest, honest_bf16])
+    plan = finalist_plan(arena["rt"], arena["doctor"], [replay, honest, honest_bf16])
+    report = run_verification(arena["rt"], arena["doctor"], plan)
     cheat_verdict, honest_verdict, bf16_verdict = report.verdicts
     assert not cheat_verdict.promoted
     assert "contract_violation" in cheat_verdict.reason and "canary seed 2234" in cheat_verdict.reason

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from infrarsi.engine.crash_model import CrashModel
 from infrarsi.engine.encoding import Encoding
@@ -172,3 +173,22 @@ def test_a_numeric_knobs_levels_share_a_slope_that_can_turn_the_priors_sign(monk
     with_slope, without = effects(0.15), effects(0.0)
     assert with_slope[8] < with_slope[4] < -0.1
     assert without[4] > 0 and without[8] > 0
+
+
+def test_what_a_change_is_worth_is_the_posterior_of_a_difference():
+    """The coefficients two configs share (the intercept, every other setting) cancel in
+    the difference: its sd is the posterior's, which Monte Carlo draws of the coefficients
+    reproduce, never more than two independent predictions would give, zero for a config
+    against itself."""
+    x, y = _time_data()
+    model = TimeModel(ENC, Priors()).fit(x, y)  # every pair seen: no unseen-pair variance
+    a, b = x[0].copy(), x[0].copy()
+    b[0] = (a[0] + 1) % len(SPACE.knobs[0].values)
+    mean, sd = model.predict_difference(a, b)
+    (ma, mb), (sa, sb) = model.predict(np.array([a, b]))
+    assert mean == pytest.approx(ma - mb)
+    draws = np.random.default_rng(0).multivariate_normal(model.coef_mean, model.coef_cov, 20000)
+    design = model.design(ENC.main(np.array([a, b])))
+    assert sd == pytest.approx(float(np.std(draws @ (design[0] - design[1]))), rel=0.03)
+    assert sd <= math.hypot(sa, sb)
+    assert model.predict_difference(a, a)[1] < 1e-5

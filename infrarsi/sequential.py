@@ -1,0 +1,136 @@
+"""Sequential paired verification: decide after every pair instead of after a fixed number.
+
+A candidate runs in rounds, each pairing it with a baseline run taken moments before, so
+slow drift of a shared machine, common to both runs of a pair, cancels in the pair's log
+ratio ``x = log(baseline / candidate)``. After each round from ``min_pairs`` on, ``look``
+puts a one-sided t bound on each side of the mean log ratio and compares both with the
+threshold ``log(1 + floor)``:
+
+- the lower bound above the threshold: the candidate clears (it is promoted and stops);
+- the upper bound below it: it can no longer clear (it stops);
+- otherwise it runs another round, up to ``max_pairs``, where the lower bound decides.
+
+Looking after every round is a multiple test. Half of ``alpha`` is spent evenly over the
+looks before the last, half at the last one (Bonferroni over the looks): the chance that a
+candidate whose true log speedup sits at the threshold clears at *any* look stays below
+``alpha`` whatever the looks' correlation, and the last look keeps most of a fixed test's
+power. ``tests/test_promotion.py`` measures the rates; ``benchmarks/campaign_cost.py``
+puts them beside the fixed five-pair protocol's. The interval a look reports is at that
+look's level, so its lower end is the bound that decided.
+
+The variance is the pairs' own: the t bound has ``n - 1`` degrees of freedom, so two
+pairs decide only when they agree closely (at the default seven pairs each early bound is
+at 0.5%: t = 63.7 with one degree of freedom, 9.9 with two, 5.8 with three; 2.45 at the
+seventh and last pair, against the fixed five-pair test's 2.13), which a clear winner on a
+quiet machine does; on a noisy one it takes a third or a fourth. The two extra pairs a
+candidate may run buy back the power early looks cost: at every noise level measured, a
+real speedup is promoted at least as often as by the fixed five-pair test, while a clear
+winner stops far earlier. Doctor's runs do not enter the variance: three back-to-back
+baseline runs once read 0.33% where a later campaign's pairs showed 3.5% per run, so a
+prior taken from them could make a bound too narrow. They set the floor, which is raised
+to the per-run noise the pairs show (``pair_noise``) where that is larger.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from scipy import stats
+
+ALPHA = 0.05  # one-sided, over all looks: the most a candidate at the threshold may clear
+
+
+class Decision(str, enum.Enum):
+    CLEARS = "clears"
+    CANNOT_CLEAR = "cannot_clear"
+    CONTINUE = "continue"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequentialRule:
+    """When to look and how sure each look must be."""
+
+    max_pairs: int
+    min_pairs: int = 2
+    alpha: float = ALPHA
+
+    def __post_init__(self) -> None:
+        assert 2 <= self.min_pairs <= self.max_pairs, "looks need 2 <= min_pairs <= max_pairs"
+
+    @property
+    def num_looks(self) -> int:
+        return self.max_pairs - self.min_pairs + 1
+
+    def level(self, num_pairs: int) -> float:
+        """The one-sided error each side of the look at ``num_pairs`` pairs may make."""
+        if self.num_looks == 1:
+            return self.alpha
+        if num_pairs >= self.max_pairs:
+            return self.alpha / 2
+        return self.alpha / 2 / (self.num_looks - 1)
+
+    def multiplier(self, num_pairs: int) -> float:
+        """The one-sided t quantile each side of a look with ``num_pairs`` pairs uses."""
+        return _t_quantile(1.0 - self.level(num_pairs), num_pairs - 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _t_quantile(q: float, dof: int) -> float:
+    return float(stats.t.ppf(q, dof))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Look:
+    """One look at a candidate's pairs (log scale; ``exp`` gives speedups)."""
+
+    num_pairs: int
+    mean: float
+    low: float
+    high: float
+    floor: float  # the noise floor this look held the candidate to
+    pair_noise_cv: float | None
+    decision: Decision
+
+    @property
+    def threshold(self) -> float:
+        return math.log1p(self.floor)
+
+
+def pair_noise(log_ratios: Sequence[float]) -> float | None:
+    """The per-run noise a set of pairs shows: the spread of their log ratios over sqrt(2)
+    (each ratio carries the noise of two runs); drift shared within a pair cancels."""
+    if len(log_ratios) < 2:
+        return None
+    return statistics.stdev(log_ratios) / math.sqrt(2)
+
+
+def look(rule: SequentialRule, log_ratios: Sequence[float], noise_floor: float) -> Look:
+    """The decision after ``len(log_ratios)`` pairs against ``1 + noise_floor`` (raised to
+    the per-run noise the pairs show where that is larger)."""
+    n = len(log_ratios)
+    assert n >= 1, "a look needs a pair"
+    seen = pair_noise(log_ratios)
+    floor = max(noise_floor, seen or 0.0)
+    mean = statistics.fmean(log_ratios)
+    if n < rule.min_pairs:
+        return Look(num_pairs=n, mean=mean, low=-math.inf, high=math.inf, floor=floor, pair_noise_cv=seen,
+                    decision=Decision.CONTINUE)
+    half = rule.multiplier(n) * statistics.stdev(log_ratios) / math.sqrt(n)
+    low, high, threshold = mean - half, mean + half, math.log1p(floor)
+    if low > threshold:
+        decision = Decision.CLEARS
+    elif high < threshold or n >= rule.max_pairs:
+        decision = Decision.CANNOT_CLEAR
+    else:
+        decision = Decision.CONTINUE
+    return Look(num_pairs=n, mean=mean, low=low, high=high, floor=floor, pair_noise_cv=seen, decision=decision)
+
+
+def log_ratios(numerators_s: Sequence[float], denominators_s: Sequence[float]) -> list[float]:
+    """``log(a / b)`` pair by pair: for speedups, the baseline's times over the candidate's."""
+    return [math.log(a / b) for a, b in zip(numerators_s, denominators_s)]

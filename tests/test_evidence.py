@@ -1,0 +1,81 @@
+"""The plan verification runs, from the trials already in hand: which changes of the
+leader the time model can call, which it cannot, and the arms that follow. Hand-made
+trial results on the fake workload's space (tests/fake_workload.py); nothing runs."""
+
+from pathlib import Path
+
+import pytest
+
+from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.stages.doctor import DoctorReport
+from infrarsi.stages.evidence import (FINALIST, IDLE, LEAVE_ONE_OUT, NEEDED, PAYS, SMALLER, UNCERTAIN,
+                                      VerificationPlan, plan_verification)
+from infrarsi.stages.init import init_campaign
+from infrarsi.trial import Outcome, Role, TrialResult
+from test_minimize import _spec
+
+KNOBS = {"sleep": [0.3, 0.15], "noop": ["a", "b"], "cap": ["off", "on"]}
+BASELINE = {"sleep": 0.3, "noop": "a", "cap": "off"}
+
+
+def _run(i: int, config: dict, step_time_s: float | None, outcome: Outcome = Outcome.OK,
+         role: Role = Role.SEARCH) -> TrialResult:
+    return TrialResult(trial_id=f"t{i:04d}", config={**BASELINE, **config}, role=role, outcome=outcome,
+                       step_time_s=step_time_s, peak_memory_bytes=2**28, memory_capacity_bytes=2**31,
+                       reason="" if outcome is Outcome.OK else "torch.OutOfMemoryError: planted")
+
+
+def _doctor(noise_cv: float) -> DoctorReport:
+    return DoctorReport(baseline=BASELINE, trial_ids=("t0001",), step_time_s=0.3, run_step_times_s=(0.3,),
+                        noise_cv=noise_cv, within_run_cv=0.0, reference_losses=(), loss_tolerance=1e-5,
+                        loss_tolerance_source="test", calibration=(), peak_memory_bytes=2**28, phases_s={},
+                        tokens_per_step=None)
+
+
+@pytest.fixture
+def runtime(tmp_path):
+    spec = _spec(tmp_path, knobs=KNOBS, baseline=BASELINE)
+    contract, cdir = init_campaign(spec, tmp_path / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
+    yield rt
+    rt.close()
+
+
+def _history(noop_runs: int) -> list[TrialResult]:
+    runs = [_run(i, {}, 0.3 * (1 + 0.002 * (-1) ** i), role=Role.DOCTOR) for i in range(1, 6)]
+    # noop does nothing, measured as often as asked; sleep 0.15 halves the step time
+    runs += [_run(10 + i, {"noop": "b"}, 0.3 * (1 + 0.002 * (-1) ** i)) for i in range(noop_runs)]
+    runs += [_run(30, {"sleep": 0.15}, 0.150), _run(31, {"sleep": 0.15, "noop": "b"}, 0.149),
+             _run(32, {"sleep": 0.15, "cap": "on", "noop": "b"}, 0.140)]
+    return runs
+
+
+def test_a_change_measured_often_enough_is_called_and_the_rest_are_measured(runtime):
+    plan = plan_verification(runtime, _doctor(0.03), _history(noop_runs=8))
+    leader = plan.leader
+    assert leader.kind == FINALIST and leader.config == {"sleep": 0.15, "noop": "b", "cap": "on"}
+    calls = {c.knob: c for c in plan.changes[leader.key]}
+    assert calls["sleep"].call == PAYS and calls["sleep"].predicted_low > 1.5  # halves the step: no trial
+    assert calls["noop"].call == IDLE and calls["noop"].predicted_high < 1.03  # eight runs show it does nothing
+    assert calls["cap"].call == UNCERTAIN  # one run: the model cannot tell its 7% from the 3% floor
+    smaller = next(a for a in plan.arms if a.kind == SMALLER)
+    assert smaller.config == {"sleep": 0.15, "noop": "a", "cap": "on"} and smaller.reverts == ("noop",)
+    [alone] = [a for a in plan.arms if a.kind == LEAVE_ONE_OUT]
+    assert alone.config == {"sleep": 0.15, "noop": "a", "cap": "off"} and alone.parent == smaller.key
+    assert alone.max_pairs == runtime.spec.budget.minimize_pairs
+    # written before any round runs, and read back as it was
+    assert VerificationPlan.from_json(runtime.cdir.read_json(runtime.cdir.plan)) == plan
+
+
+def test_a_change_without_which_a_run_failed_is_needed(runtime):
+    history = _history(noop_runs=8) + [_run(40, {"sleep": 0.15, "noop": "b"}, None, Outcome.OOM)]
+    history = [r for r in history if r.config != {**BASELINE, "sleep": 0.15, "noop": "b"} or r.outcome.failed]
+    plan = plan_verification(runtime, _doctor(0.03), history)
+    calls = {c.knob: c for c in plan.changes[plan.leader.key]}
+    assert calls["cap"].call == NEEDED and "t0040 ended oom" in calls["cap"].reason
+
+
+def test_nothing_that_beats_the_noise_means_nothing_to_verify(runtime):
+    history = [_run(i, {}, 0.3, role=Role.DOCTOR) for i in range(1, 6)] + [_run(9, {"noop": "b"}, 0.29)]
+    plan = plan_verification(runtime, _doctor(0.05), history)
+    assert plan.arms == () and "nothing to verify" in plan.note

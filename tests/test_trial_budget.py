@@ -1,0 +1,67 @@
+"""One trial cap for the whole campaign: every stage keeps within it, and the progress bar's
+total is the most trials a campaign can run (real stages on the simulator, without Ray)."""
+
+import pytest
+
+from infrarsi.errors import SpecError
+from infrarsi.ledger import Ledger
+from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.spec import load_spec
+from infrarsi.stages.doctor import run_doctor
+from infrarsi.stages.evidence import plan_verification
+from infrarsi.stages.init import builtin_spec_path, init_campaign
+from infrarsi.stages.minimize import run_minimize
+from infrarsi.stages.search import run_search
+from infrarsi.stages.verify import run_verification
+from infrarsi.trial import Role
+from infrarsi.trial_budget import (TrialBudgetExhausted, doctor_trials, search_trials, trial_cap, trials_by_stage,
+                                   verification_reserve)
+
+
+def test_the_built_in_campaign_plans_each_stage_at_most():
+    spec = load_spec(builtin_spec_path())
+    # doctor: 5 baseline runs, 3 calibration variants, and for the bf16 class its reference
+    # and the two honest splits (micro-batch 4; 2 processes x 1 thread) run in bf16
+    assert doctor_trials(spec) == 5 + 3 + 1 * (1 + 2)
+    # verification at its longest: 7 rounds of the baseline, the bf16 reference, 2
+    # finalists, a smaller config and a leave-one-out, plus one round of bf16 splits
+    assert trial_cap(spec, 20) == doctor_trials(spec) + 20 + 7 * (1 + 1 + 2 + 2) + 1 * 2
+    assert trial_cap(spec, 4) == trial_cap(spec, 20) - 16
+    assert verification_reserve(spec) == 2 * (1 + 1 + 1)  # two pairs of the leader, with a bf16 reference
+
+
+def _sim_spec(tmp_path, budget: str):
+    spec = tmp_path / "sim.toml"
+    spec.write_text('name = "sim-cap"\nbackend = "sim"\nsim_workload = "dense-9b-h100"\n'
+                    f'[budget]\n{budget}\n[search]\nproposer = "random"\n')
+    return spec
+
+
+def test_every_stage_keeps_within_max_trials(tmp_path):
+    spec = _sim_spec(tmp_path, "num_trials = 12\nmax_trials = 20")
+    contract, cdir = init_campaign(spec, tmp_path / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True, bank="off"))
+    try:
+        doctor = run_doctor(rt)
+        search = run_search(rt, doctor, proposer_name="random", num_trials=12)
+        plan = plan_verification(rt, doctor, search.history, search.priors)
+        verification = run_verification(rt, doctor, plan)
+        run_minimize(rt, doctor, verification)
+        with pytest.raises(TrialBudgetExhausted, match="budget.max_trials = 20"):
+            rt.request(doctor.baseline, Role.SEARCH)
+    finally:
+        rt.close()
+    trials = Ledger(cdir.ledger).trials()
+    used = trials_by_stage(trials)
+    # doctor 5; the search leaves verification its reserve (two pairs of the leader: 4)
+    assert used["doctor"] == 5 and used["search"] == search_trials(rt.spec, 12, 5) == 20 - 5 - 4
+    assert len({t.trial_id for t in trials}) == sum(used.values()) == 20
+    # what was left fitted two rounds of the baseline and the leader; the other arms stayed out
+    assert [set(r["runs"]) for r in verification.rounds] == [{"finalist 1"}] * 2
+    assert all("trial cap" in v.reason or v.arm == "finalist 1" for v in verification.verdicts)
+
+
+def test_a_cap_that_leaves_no_search_trial_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(SpecError, match="budget.max_trials = 8 leaves no search trial: doctor runs up to 5"):
+        init_campaign(_sim_spec(tmp_path, "num_trials = 12\nmax_trials = 8"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
