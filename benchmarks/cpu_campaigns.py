@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny_gpt: the tests' tiny campaigns
 
 
 def main() -> None:
@@ -37,9 +38,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="re-measurement rounds of the promoted configs")
     ap.add_argument("--out", type=Path, default=Path("docs/benchmark/cpu"))
     args = ap.parse_args()
+    from tiny_gpt import WIDE_KNOBS, oom_capacity, tiny_spec
+
     from flows.campaign import campaign
-    from infrarsi.options import CampaignOptions
-    from infrarsi.testing import WIDE_KNOBS, oom_capacity, tiny_spec
+    from infrarsi.core.options import CampaignOptions
 
     rows, t0 = [], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,8 +87,8 @@ def remeasure(rows: list[dict], tmp: Path, rounds: int) -> None:
     order; a config's figure is the median over rounds of baseline / config step time."""
     import random
 
-    from infrarsi.testing import WIDE_BASELINE as baseline
-    from infrarsi.testing import run_tiny
+    from tiny_gpt import WIDE_BASELINE as baseline
+    from tiny_gpt import run_tiny
 
     key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
     configs = {key(c): c for c in [baseline] + [r["promoted_config"] for r in rows if r["promoted_config"]]}

@@ -7,7 +7,7 @@ for two configs, then one per finished trial (the campaign's two slots), for ``-
 trials, after observing the baseline; an ok trial's step time is the config's median over
 passes times log-normal noise at the baseline repeats' spread, a config whose peak passes
 the capacity is an OOM. The capacity is the campaign benchmark's rule
-(``infrarsi.testing.capacity_between``) applied to the table. The figure is the measured
+(``tests/tiny_gpt.py``: ``capacity_between``) applied to the table. The figure is the measured
 speedup of each search's best config, so noise in the search can pick a slower config, as
 in a campaign.
 
@@ -31,10 +31,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tiny_gpt: the tests' tiny campaigns
 
+from tiny_gpt import WIDE_BASELINE, WIDE_KNOBS, capacity_between, knob_space, run_tiny  # noqa: E402
+
+from infrarsi.core.trial import Outcome, Role, TrialResult  # noqa: E402
 from infrarsi.proposers import SearchContext, make_proposer  # noqa: E402
-from infrarsi.testing import WIDE_BASELINE, WIDE_KNOBS, capacity_between, knob_space, run_tiny  # noqa: E402
-from infrarsi.trial import Outcome, Role, TrialResult  # noqa: E402
 
 BASELINE = WIDE_BASELINE
 SPACE = knob_space(WIDE_KNOBS)

@@ -15,7 +15,7 @@ Results land in --out (campaign folder, ``gpu_check.json``).
 
 It needs only what a bare GPU box usually has (python, torch with CUDA, numpy, psutil)
 plus pydantic, scipy, GitPython, tomlkit and pathspec. It runs without Ray (trials one at a time
-from this process, ``infrarsi.inprocess_pool``), without MLflow (the ledger is the record)
+from this process, ``infrarsi.harness.inprocess_pool``), without MLflow (the ledger is the record)
 and without Prefect (the stages are called directly); it stages no branch. Where the
 machine lacks these packages and reaches no registry, fetch their wheels here
 (``--fetch-wheels DIR``, about 37 MiB for CPython 3.12 on x86-64 Linux), bring DIR along
@@ -159,13 +159,13 @@ def write_spec(data: dict, path: Path) -> Path:
 
 def run_campaign(spec_path: Path, out_root: Path, *, proposer: str, budget: int):
     """init, doctor, search, verification, minimization and the summary, Ray-free and MLflow-free."""
-    from infrarsi.runtime import CampaignRuntime, RuntimeSettings
     from infrarsi.stages.doctor import run_doctor
     from infrarsi.stages.init import init_campaign
-    from infrarsi.stages.evidence import plan_verification
-    from infrarsi.stages.search import run_search
-    from infrarsi.stages.minimize import run_minimize
-    from infrarsi.stages.verify import run_verification
+    from infrarsi.stages.run.evidence import plan_verification
+    from infrarsi.stages.run.minimize import run_minimize
+    from infrarsi.stages.run.search import run_search
+    from infrarsi.stages.run.verify import run_verification
+    from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
     contract, cdir = init_campaign(spec_path, out_root)
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
@@ -181,8 +181,8 @@ def run_campaign(spec_path: Path, out_root: Path, *, proposer: str, budget: int)
 
 def oom_probe(rt, capacity_bytes: int):
     """One trial that cannot fit on any current GPU, through the same launcher."""
-    from infrarsi.launcher import TrialRequest, run_process_trial
-    from infrarsi.trial import Role
+    from infrarsi.core.trial import Role
+    from infrarsi.harness.launcher import TrialRequest, run_process_trial
 
     argv = (sys.executable, "train.py", "--flavour", "gpt2-medium", "--seq-len", "1024", "--global-batch-tokens",
             str(128 * 1024), "--steps", "2", "--micro-batch", "128", "--checkpointing", "none", "--precision", "fp32",
@@ -201,8 +201,8 @@ def _peak(trials, ids) -> int | None:
 
 def loss_tolerances(doctor) -> list[dict]:
     """The tolerance doctor calibrated for each numerics class, the baseline's first."""
-    from infrarsi.loss_contract import LossContract
-    from infrarsi.numerics import describe
+    from infrarsi.contract.loss_contract import LossContract
+    from infrarsi.contract.numerics import describe
 
     classes = LossContract.from_json(doctor.loss_contract).classes
     return [{"class": describe(c.settings), "tolerance": c.tolerance, "honest_score": c.honest_score,
@@ -211,10 +211,10 @@ def loss_tolerances(doctor) -> list[dict]:
 
 def findings(cdir, doctor, probe) -> dict:
     """What the check prints, from the campaign folder."""
-    from infrarsi.ledger import Ledger
-    from infrarsi.report import summarize
-    from infrarsi.report_promotion import final_verification
-    from infrarsi.trial import Outcome
+    from infrarsi.core.ledger import Ledger
+    from infrarsi.core.trial import Outcome
+    from infrarsi.stages.report.promotion import final_verification
+    from infrarsi.stages.report.report import summarize
 
     summary = summarize(cdir)
     trials = Ledger(cdir.ledger).trials()
@@ -304,8 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     spec_path = write_spec(data, args.out / f"{data['name']}-{torch.cuda.device_count()}gpu.toml")
     rt, cdir, doctor = run_campaign(spec_path, args.out, proposer=args.proposer, budget=args.budget)
-    from infrarsi.ledger import Ledger
-    from infrarsi.trial import Outcome
+    from infrarsi.core.ledger import Ledger
+    from infrarsi.core.trial import Outcome
 
     probe = None
     if not args.no_oom_probe and not any(t.outcome is Outcome.OOM for t in Ledger(cdir.ledger).trials()):

@@ -36,7 +36,7 @@ TOKENS_LOG = r"tokens per iteration will be: (?P<tokens>[\d,]+)"
 def run_once(launcher, step_ms: float, steps: int, via: str, tmp: Path) -> dict:
     kwargs = {}
     if via == "log":
-        from infrarsi.spec import MetricsSpec
+        from infrarsi.core.spec import MetricsSpec
 
         kwargs["metrics"] = MetricsSpec(source="log", step_pattern=STEP_LOG, tokens_pattern=TOKENS_LOG)
     r = launcher.run_process_trial(launcher.TrialRequest(
@@ -61,7 +61,7 @@ def main() -> None:
     p.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose launcher to measure")
     args = p.parse_args()
     sys.path.insert(0, str(args.repo.resolve()))
-    import infrarsi.launcher as launcher
+    import infrarsi.harness.launcher as launcher
 
     has_log = "metrics" in inspect.signature(launcher.TrialRequest).parameters
     print(f"launcher: {Path(launcher.__file__).resolve()}")

@@ -30,15 +30,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "adversarial"), str(ROOT / "tests" / "loss_contract")]
 
 from adversarial_cheats import train_cheat  # noqa: E402
-from infrarsi.checks import enforce  # noqa: E402
-from infrarsi.inprocess_pool import InProcessPool  # noqa: E402
-from infrarsi.loss_calibration import canary_loss_check, canary_split_runner  # noqa: E402
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
+from last_microbatch import CHEATS as JOB_CHEATS  # noqa: E402
+from last_microbatch import HONEST, cheat_patch, runtime
+
+from infrarsi.contract.checks import enforce  # noqa: E402
+from infrarsi.core.trial import Outcome, Role  # noqa: E402
+from infrarsi.harness.inprocess_pool import InProcessPool  # noqa: E402
+from infrarsi.stages.calibration import canary_loss_check, canary_split_runner  # noqa: E402
 from infrarsi.stages.doctor import run_doctor  # noqa: E402
 from infrarsi.stages.init import builtin_spec_path, init_campaign  # noqa: E402
-from infrarsi.stages.verify import canary_seed  # noqa: E402
-from infrarsi.trial import Outcome, Role  # noqa: E402
-from last_microbatch import CHEATS as JOB_CHEATS, HONEST, cheat_patch, runtime  # noqa: E402
+from infrarsi.stages.run.verify import canary_seed  # noqa: E402
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 
 # Held-out honest variants of the built-in job (none is a calibration variant).
 BUILTIN_HONEST = [

@@ -61,9 +61,9 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=30)
     args = p.parse_args()
     from flows.campaign import campaign
-    from infrarsi.options import CampaignOptions
-    from infrarsi.ledger import Ledger
-    from infrarsi.workspace import CampaignDir
+    from infrarsi.core.ledger import Ledger
+    from infrarsi.core.options import CampaignOptions
+    from infrarsi.core.workspace import CampaignDir
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "noop"

@@ -30,11 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from infrarsi.core.trial import Outcome, Role, TrialResult  # noqa: E402
 from infrarsi.proposers import SearchContext, make_proposer, proposer_names  # noqa: E402
-from infrarsi.proposers.engine import warm_start_configs  # noqa: E402
+from infrarsi.proposers.engine_proposer import warm_start_configs  # noqa: E402
 from infrarsi.sim import BENCHMARK_WORKLOADS, oracle, sim_workload, simulate_trial  # noqa: E402
-from infrarsi.trial import Outcome, Role, TrialResult  # noqa: E402
-
 
 # A proposer named "<name>+warm" starts from the engine's start configs (the same warm start).
 WARM_SUFFIX = "+warm"

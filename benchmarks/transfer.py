@@ -29,11 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infrarsi.bank import Bank, CampaignRecord, nearest  # noqa: E402
-from infrarsi.bank_campaign import sim_features  # noqa: E402
+from infrarsi.bank.campaign import sim_features  # noqa: E402
+from infrarsi.bank.records import CampaignRecord  # noqa: E402
+from infrarsi.bank.similarity import nearest  # noqa: E402
+from infrarsi.bank.sqlite import Bank  # noqa: E402
+from infrarsi.core.trial import Outcome, Role, TrialResult  # noqa: E402
 from infrarsi.proposers import SearchContext, make_proposer  # noqa: E402
 from infrarsi.sim import oracle, sim_workload, simulate_trial  # noqa: E402
-from infrarsi.trial import Outcome, Role, TrialResult  # noqa: E402
 
 # name -> (what changes, source workloads, target workload)
 PAIRS = {

@@ -6,15 +6,23 @@ from typing import Any
 
 from prefect import flow
 
-from infrarsi import progress
-from infrarsi.options import CampaignOptions
-from infrarsi.report import campaign_metrics, summarize
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
-from infrarsi.trial_budget import trial_cap
+from infrarsi.core import progress
+from infrarsi.core.options import CampaignOptions
+from infrarsi.stages.budget import trial_cap
+from infrarsi.stages.report.report import campaign_metrics, summarize
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 from tasks.publish import name_flow_run, publish_task
-from tasks.stages import (adopt_doctor_task, apply_task, bank_task, doctor_task, init_task, minimize_task,
-                          report_task,
-                          search_task, verify_task)
+from tasks.stages import (
+    adopt_doctor_task,
+    apply_task,
+    bank_task,
+    doctor_task,
+    init_task,
+    minimize_task,
+    report_task,
+    search_task,
+    verify_task,
+)
 
 
 @flow(name="infrarsi-campaign", log_prints=True)

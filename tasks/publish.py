@@ -11,8 +11,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
-from infrarsi.report import summary_rows
-from infrarsi.workspace import CampaignDir
+from infrarsi.core.workspace import CampaignDir
+from infrarsi.stages.report.report import summary_rows
 
 
 def name_flow_run(name: str) -> None:

@@ -12,19 +12,24 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from infrarsi.contract import Contract
-from infrarsi.errors import TrialInfrastructureError
-from infrarsi.options import CampaignOptions
-from infrarsi.report import build_report
-from infrarsi.runtime import CampaignRuntime
+from infrarsi.contract.freeze import Contract
+from infrarsi.core.errors import TrialInfrastructureError
+from infrarsi.core.options import CampaignOptions
+from infrarsi.core.workspace import CampaignDir
 from infrarsi.stages.apply import run_apply
-from infrarsi.stages.doctor import DoctorReport, adopt_doctor, cached_doctor_trials, run_doctor
+from infrarsi.stages.doctor import (
+    DoctorReport,
+    adopt_doctor,
+    cached_doctor_trials,
+    run_doctor,
+)
 from infrarsi.stages.init import start_campaign
-from infrarsi.stages.minimize import run_minimize
-from infrarsi.stages.evidence import plan_verification
-from infrarsi.stages.search import SearchOutcome, run_search
-from infrarsi.stages.verify import VerificationReport, run_verification
-from infrarsi.workspace import CampaignDir
+from infrarsi.stages.report.report import build_report
+from infrarsi.stages.run.evidence import plan_verification
+from infrarsi.stages.run.minimize import run_minimize
+from infrarsi.stages.run.search import SearchOutcome, run_search
+from infrarsi.stages.run.verify import VerificationReport, run_verification
+from infrarsi.stages.runtime import CampaignRuntime
 
 INFRA_FAULTS = (TrialInfrastructureError, ConnectionError, TimeoutError)
 
@@ -97,7 +102,7 @@ def apply_task(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifica
 @task(name="bank", cache_policy=NO_CACHE)
 def bank_task(rt: CampaignRuntime) -> str | None:
     """Record the finished campaign in the experience bank (unless it is off)."""
-    from infrarsi.bank import open_bank
-    from infrarsi.bank_campaign import record_campaign
+    from infrarsi.bank.campaign import record_campaign
+    from infrarsi.bank.store import open_bank
 
     return record_campaign(open_bank(rt.settings.bank), rt.cdir)

@@ -32,8 +32,8 @@ def say(message: str) -> None:
 
 
 def request(out_dir: Path, trial_id: str, num_steps: int = NUM_STEPS):
-    from infrarsi.launcher import TrialRequest
-    from infrarsi.trial import Role
+    from infrarsi.core.trial import Role
+    from infrarsi.harness.launcher import TrialRequest
 
     argv = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
             "workloads/gpt/train.py", *TINY_GPT, "--steps", str(num_steps))
@@ -189,7 +189,7 @@ def main(out_dir: Path) -> None:
     from ray.cluster_utils import Cluster
 
     from infrarsi.adapters.ray_pool import PoolSettings, TrialPool
-    from infrarsi.ledger import Ledger
+    from infrarsi.core.ledger import Ledger
 
     node = {"num_cpus": 1, "resources": {"trial_node": 1}}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})

@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.report import build_report, campaign_metrics, summarize
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.core.workspace import CampaignDir
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.evidence import plan_verification
-from infrarsi.stages.search import run_search
-from infrarsi.stages.verify import run_verification
-from infrarsi.workspace import CampaignDir
+from infrarsi.stages.report.report import build_report, campaign_metrics, summarize
+from infrarsi.stages.run.evidence import plan_verification
+from infrarsi.stages.run.search import run_search
+from infrarsi.stages.run.verify import run_verification
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
 
 def run_staged(tmp: Path, *, name: str, proposer: str, store: str, num_trials: int = 6,

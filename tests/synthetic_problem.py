@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infrarsi.knobs import Config, Constraint, Knob, KnobSpace
-from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.core.knobs import Config, Constraint, Knob, KnobSpace
+from infrarsi.core.trial import Outcome, Role, TrialResult
 
 GIB = 2**30
 SPACE = KnobSpace(

@@ -8,13 +8,16 @@ import math
 
 import pytest
 
-from infrarsi.bank import Bank, CampaignRecord, distance, nearest, nearest_records, open_bank, project
-from infrarsi.bank_campaign import sim_features
-from infrarsi.cli import main
-from infrarsi.ledger import Ledger
+from infrarsi.bank.campaign import sim_features
+from infrarsi.bank.records import CampaignRecord
+from infrarsi.bank.similarity import distance, nearest, nearest_records, project
+from infrarsi.bank.sqlite import Bank
+from infrarsi.bank.store import open_bank
+from infrarsi.cli.main import main
+from infrarsi.core.ledger import Ledger
+from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.core.workspace import CampaignDir
 from infrarsi.sim import sim_workload
-from infrarsi.trial import Outcome, Role, TrialResult
-from infrarsi.workspace import CampaignDir
 
 H100 = {"gpu": "h100-sxm-80gb", "num_devices": 8, "memory_bytes": 80 * 2**30, "cpu": None}
 A100 = {**H100, "gpu": "a100-80gb"}

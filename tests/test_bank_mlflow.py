@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 import requests
-
-from infrarsi.bank import Bank, CampaignRecord, open_bank
-from infrarsi.cli import main
-from infrarsi.trial import Outcome, Role, TrialResult
 from prefect_server import free_port, stop
+
+from infrarsi.bank.records import CampaignRecord
+from infrarsi.bank.sqlite import Bank
+from infrarsi.bank.store import open_bank
+from infrarsi.cli.main import main
+from infrarsi.core.trial import Outcome, Role, TrialResult
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = {"gpu": "h100-sxm-80gb", "num_devices": 8, "memory_bytes": 80 * 2**30, "cpu": None}
@@ -29,7 +31,8 @@ BASE = {"tp": 1, "dp": 4}
 # Another process: the nearest past campaigns for an H100 dense job, as the search stage reads them.
 READER = textwrap.dedent("""
     import json, sys
-    from infrarsi.bank import nearest_records, open_bank
+    from infrarsi.bank.similarity import nearest_records
+    from infrarsi.bank.store import open_bank
     store = open_bank(sys.argv[1])
     hw, wl = json.loads(sys.argv[2]), json.loads(sys.argv[3])
     past = nearest_records(store, hardware=hw, workload=wl)
@@ -109,7 +112,7 @@ def test_the_bank_in_an_mlflow_sqlite_store(tmp_path, capsys):
 
 
 def test_mlflow_plus_nothing_is_a_clear_error():
-    from infrarsi.errors import InfrarsiError
+    from infrarsi.core.errors import InfrarsiError
 
     with pytest.raises(InfrarsiError, match="tracking URI"):
         open_bank("mlflow+")

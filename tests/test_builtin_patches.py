@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_gpt import GPT_DIR
 
-from infrarsi.patches import builtin_patches
-from infrarsi.testing import GPT_DIR
+from infrarsi.patches.patch import builtin_patches
 from workloads.gpt.flavours import get_flavour
 
 # patch -> (the model's attention and checkpointing where the patch changes what runs,

@@ -8,14 +8,14 @@ import sys
 import git
 import pytest
 from mlflow.tracking import MlflowClient
+from tiny_gpt import oom_capacity, tiny_spec
 
-from infrarsi.checks import pct
-from infrarsi.loss_contract import LossContract
-from infrarsi.numerics import describe
-from infrarsi.testing import oom_capacity, tiny_spec
-from infrarsi.cli import main
-from infrarsi.ledger import Ledger
-from infrarsi.workspace import CampaignDir
+from infrarsi.cli.main import main
+from infrarsi.contract.loss_contract import LossContract
+from infrarsi.contract.loss_reference import pct
+from infrarsi.contract.numerics import describe
+from infrarsi.core.ledger import Ledger
+from infrarsi.core.workspace import CampaignDir
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def campaign(tmp_path_factory, ray_session, prefect_harness):
     # among them; with the built-in patches in the space (32 settings) reaching it would be a draw.
     spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=6, num_finalists=2, patch_rounds=0)
     from flows.campaign import campaign as campaign_flow
-    from infrarsi.options import CampaignOptions
+    from infrarsi.core.options import CampaignOptions
 
     summary = campaign_flow(CampaignOptions(spec=str(spec), out=str(tmp / "out")))
     return summary, CampaignDir(tmp / "out" / summary["campaign_id"]), capacity

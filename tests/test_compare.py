@@ -5,9 +5,9 @@ import json
 import pytest
 from mlflow import MlflowClient
 
-from infrarsi.cli import main
-from infrarsi.ledger import Ledger
-from infrarsi.report import summarize
+from infrarsi.cli.main import main
+from infrarsi.core.ledger import Ledger
+from infrarsi.stages.report.report import summarize
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_compare_without_a_store_says_what_to_do(tmp_path, capsys):
 
 
 def test_a_campaigns_mfu_metrics_reach_its_row():
-    from infrarsi.compare import _fmt, campaign_row
+    from infrarsi.cli.compare import _fmt, campaign_row
 
     run = {"run_id": "r1", "run_name": "c1", "status": "FINISHED", "params": {"proposer": "engine"},
            "tags": {"infrarsi.campaign_id": "c1"},

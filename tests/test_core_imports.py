@@ -7,7 +7,8 @@ SCRIPT = """
 import importlib, pkgutil, sys
 import infrarsi
 for m in pkgutil.walk_packages(infrarsi.__path__, "infrarsi."):
-    importlib.import_module(m.name)
+    if not m.name.endswith(".__main__"):  # the command itself: importing it runs it
+        importlib.import_module(m.name)
 print(sorted(n for n in sys.modules if n == "prefect" or n.startswith("prefect.")))
 """
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import git
 import pytest
 from mlflow import MlflowClient
-
-from infrarsi.ledger import Ledger
 from prefect_server import stop
+
+from infrarsi.core.ledger import Ledger
 
 pytestmark = pytest.mark.slow  # a server, a deploy, a worker and two flow-run processes
 

@@ -17,9 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from infrarsi.device_memory import DeviceMemoryUnavailable, NvmlSource, TreeDeviceGauge, open_nvml_gauge
-from infrarsi.launcher import TrialRequest, run_process_trial
-from infrarsi.trial import Outcome, Role
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.device_memory import (
+    DeviceMemoryUnavailable,
+    NvmlSource,
+    TreeDeviceGauge,
+    open_nvml_gauge,
+)
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
 
 DEVICE_JOB = str(Path(__file__).parent / "jobs" / "device_job.py")
 MB, GIB = 2**20, 2**30

@@ -2,17 +2,25 @@
 leader the time model can call, which it cannot, and the arms that follow. Hand-made
 trial results on the fake workload's space (tests/fake_workload.py); nothing runs."""
 
-from pathlib import Path
 
 import pytest
-
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
-from infrarsi.stages.doctor import DoctorReport
-from infrarsi.stages.evidence import (FINALIST, IDLE, LEAVE_ONE_OUT, NEEDED, PAYS, SMALLER, UNCERTAIN,
-                                      VerificationPlan, plan_verification)
-from infrarsi.stages.init import init_campaign
-from infrarsi.trial import Outcome, Role, TrialResult
 from test_minimize import _spec
+
+from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.stages.doctor import DoctorReport
+from infrarsi.stages.init import init_campaign
+from infrarsi.stages.run.evidence import (
+    FINALIST,
+    IDLE,
+    LEAVE_ONE_OUT,
+    NEEDED,
+    PAYS,
+    SMALLER,
+    UNCERTAIN,
+    VerificationPlan,
+    plan_verification,
+)
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
 KNOBS = {"sleep": [0.3, 0.15], "noop": ["a", "b"], "cap": ["off", "on"]}
 BASELINE = {"sleep": 0.3, "noop": "a", "cap": "off"}

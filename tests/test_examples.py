@@ -1,5 +1,5 @@
 """The worked examples, end to end on CPU: two trainers written without infrarsi, tuned
-unmodified through their own log lines by the README's command (``infrarsi campaign``).
+unmodified through their own log lines by the documented command (``infrarsi campaign``, docs/tune-your-job.md).
 
 Tiny budgets (3 doctor runs, a few search trials, 1 finalist, 2 verification pairs): what
 is asserted is what must hold on a loaded 2-core CI machine: every stage runs on a foreign
@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from infrarsi.cli import main
-from infrarsi.ledger import Ledger
-from infrarsi.workspace import CampaignDir
+from infrarsi.cli.main import main
+from infrarsi.core.ledger import Ledger
+from infrarsi.core.workspace import CampaignDir
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

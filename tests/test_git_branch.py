@@ -13,7 +13,7 @@ from infrarsi.adapters.git_branch import (
     ensure_repository,
     stage_branch,
 )
-from infrarsi.errors import PatchError
+from infrarsi.core.errors import PatchError
 
 TRAIN_PY = "lr = 3e-4\nbatch = 8\nsteps = 100\n"
 FUSED_PATCH = """\

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.spec import load_spec, parse_spec
-from infrarsi.trial import Outcome, Role
+from infrarsi.core.spec_load import load_spec, parse_spec
+from infrarsi.core.trial import Outcome, Role
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -79,9 +79,9 @@ def test_the_gpu_specs_doctor_calibrates_a_tolerance_per_numerics_class(tmp_path
     """The GPU spec's loss contract as shipped, on the tiny flavour at seq 64: fp32 held to
     2 x its honest splits' largest score (at least 3e-6), bf16 to its own reference and
     in-class splits, never below fp32's; gpu_check reports and prints both."""
-    from infrarsi.runtime import CampaignRuntime, RuntimeSettings
     from infrarsi.stages.doctor import run_doctor
     from infrarsi.stages.init import init_campaign
+    from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
     spec_path = ROOT / "workloads" / "gpt" / "campaign-gpu.toml"
     gpu_check = _load()
@@ -165,7 +165,7 @@ def test_its_campaign_runs_without_ray_or_mlflow_on_the_tiny_gpt(tmp_path):
 
 # A shortened check that still searches and verifies: about 20 trials (8 in doctor, 6 in
 # the search, 2 pairs and their references in verification, the OOM probe), expected to
-# take about 15 minutes on one H200 (README). pyproject's 900 s limit would cut it short:
+# take about 15 minutes on one H200 (docs/gpu.md). pyproject's 900 s limit would cut it short:
 # it has its own, above the subprocess's, so a hung check ends as the subprocess's timeout.
 @pytest.mark.gpu
 @pytest.mark.timeout(2700)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tiny_gpt import run_tiny
 
-from infrarsi.launcher import TrialRequest, run_process_trial
-from infrarsi.spec import MetricsSpec
-from infrarsi.testing import run_tiny
-from infrarsi.trial import Outcome, Role
+from infrarsi.core.spec import MetricsSpec
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
 
 CLOCK_JOB = str(Path(__file__).parent / "jobs" / "clock_job.py")
 LOG_METRICS = MetricsSpec(source="log",
@@ -110,9 +110,9 @@ def test_the_gpt_jobs_step_times_come_from_the_readers_not_the_sampler(tmp_path,
     """With the sampler slowed to 4 Hz, a clock that came from it would quantise step times
     to 250 ms (the poll-clocked launcher erred by 71 ms on the median step there); the
     readers still match the job's own timer (workloads/gpt/metrics.py) to scheduling noise."""
-    import infrarsi.launcher
+    import infrarsi.harness.launcher
 
-    monkeypatch.setattr(infrarsi.launcher, "SAMPLE_INTERVAL_S", 0.25)
+    monkeypatch.setattr(infrarsi.harness.launcher, "SAMPLE_INTERVAL_S", 0.25)
     r = run_tiny({"micro_batch": 8, "threads": 1}, tmp_path, "tiny", warmup_steps=1)
     assert r.outcome is Outcome.OK, r.reason
     own = r.extra["reported_step_times_s"][1:]

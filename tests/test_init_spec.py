@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.cli import main
-from infrarsi.errors import InfrarsiError
-from infrarsi.launch_command import help_flags, parse_command
-from infrarsi.log_patterns import guess_patterns
-from infrarsi.spec import load_spec
+from infrarsi.cli.launch_command import help_flags, parse_command
+from infrarsi.cli.log_patterns import guess_patterns
+from infrarsi.cli.main import main
+from infrarsi.core.errors import InfrarsiError
+from infrarsi.core.spec_load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 NANOGPT = ROOT / "examples" / "nanogpt_style"
@@ -97,8 +97,8 @@ def test_init_on_a_hugging_face_script_offers_one_precision_and_one_checkpointin
 
 
 def test_a_precision_switch_the_command_turns_on_is_the_one_kept():
-    from infrarsi.init_spec import build_spec
-    from infrarsi.launch_command import Flag
+    from infrarsi.cli.init_command import build_spec
+    from infrarsi.cli.launch_command import Flag
 
     command = ["python", "train.py", "--fp16", "True"]
     known = [Flag("bf16", "--bf16", False, "separate"), Flag("fp16", "--fp16", False, "separate")]
@@ -123,7 +123,7 @@ def test_help_defaults_of_none_are_no_default(tmp_path):
     known = help_flags(cmd, tmp_path)
     assert {f.name: f.value for f in known} == {"gradient_checkpointing": None, "bf16": False, "seq_len": None,
                                                 "steps": 20, "report_to": "none"}
-    from infrarsi.init_spec import build_spec
+    from infrarsi.cli.init_command import build_spec
 
     draft = build_spec(cmd, known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
     assert draft.data["knobs"]["gradient_checkpointing"]["values"] == [False, True]
@@ -132,8 +132,8 @@ def test_help_defaults_of_none_are_no_default(tmp_path):
 
 
 def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
-    from infrarsi.init_spec import _short, build_spec, render_toml
-    from infrarsi.launch_command import Flag
+    from infrarsi.cli.init_command import _short, build_spec, render_toml
+    from infrarsi.cli.launch_command import Flag
 
     command = ["python", "train.py", "--batch_size", "4", "--grad_accum", "2"]
     cmd = parse_command(command)
@@ -149,7 +149,7 @@ def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
 
 
 def main_raises(argv):
-    from infrarsi.init_spec import init_spec
+    from infrarsi.cli.init_command import init_spec
 
     job = argv[argv.index("--") + 1:]
     init_spec(job, cwd=Path.cwd(), out_path=Path(argv[argv.index("-o") + 1]), run_job=False)
@@ -162,7 +162,7 @@ def test_a_torchrun_line_and_argparse_help(tmp_path):
     assert cmd.nproc == 2 and [f.style for f in cmd.flags] == ["separate"] * 4
     flags = {f.name: f for f in help_flags(cmd, ROOT / "workloads" / "gpt")}
     assert flags["precision"].choices == ["fp32", "bf16"] and flags["checkpointing"].choices[-1] == "full"
-    from infrarsi.init_spec import build_spec
+    from infrarsi.cli.init_command import build_spec
 
     draft = build_spec(cmd, list(flags.values()), guess_patterns(""), name="gpt", spec_name="c.toml", cpus=2)
     knobs = draft.data["knobs"]
@@ -197,8 +197,8 @@ def test_a_command_init_cannot_read_says_what_to_do(tmp_path):
 
 
 def test_the_written_spec_reads_back_as_the_draft_with_confirm_on_its_keys():
-    from infrarsi.init_spec import build_spec, render_toml
-    from infrarsi.launch_command import Flag
+    from infrarsi.cli.init_command import build_spec, render_toml
+    from infrarsi.cli.launch_command import Flag
 
     command = ["python", "train.py", "--batch_size", "4", "--grad_accum", "2",
                "--note", 'say "hi" \\ # not a comment']

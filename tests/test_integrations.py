@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.launcher import TrialRequest, run_process_trial
-from infrarsi.trial import Outcome, Role
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
 
 JOBS = Path(__file__).parent / "jobs"
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ def _events(r):
 
 
 def test_the_callbacks_import_nothing_until_used():
-    code = "import sys, infrarsi.integrations; print(any(m.split('.')[0] in ('transformers', 'lightning') " \
+    code = "import sys, infrarsi.job; print(any(m.split('.')[0] in ('transformers', 'lightning') " \
            "for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"

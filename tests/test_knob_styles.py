@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from infrarsi.command import render_command
+from infrarsi.core.errors import SpecError
+from infrarsi.core.spec_load import load_spec
 from infrarsi.engine.builtin_priors import builtin_priors
-from infrarsi.errors import SpecError
-from infrarsi.spec import load_spec
+from infrarsi.harness.command import render_command
 
 
 def _spec(tmp_path: Path, **changes) -> dict:

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from infrarsi.errors import SpecError
-from infrarsi.knobs import Constraint, Knob, KnobSpace
+from infrarsi.core.errors import SpecError
+from infrarsi.core.knobs import Constraint, Knob, KnobSpace
 
 
 @pytest.fixture

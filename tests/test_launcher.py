@@ -8,11 +8,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from infrarsi.checks import enforce
-from infrarsi.contract import sha256_file
-from infrarsi.launcher import TrialRequest, run_process_trial
-from infrarsi.spec import ContractSpec
-from infrarsi.trial import Outcome, Role
+from infrarsi.contract.checks import enforce
+from infrarsi.core.files import sha256_file
+from infrarsi.core.spec import ContractSpec
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
 
 FAKE = str(Path(__file__).parent / "fake_workload.py")
 

@@ -9,13 +9,19 @@ import math
 import pytest
 
 from infrarsi.adapters.llm import (
+    CONFIDENT_LOG_STD,
+    LLMClient,
+    LLMEndpointError,
+    LLMSettings,
     LLMUnavailableError,
-    CONFIDENT_LOG_STD, LLMClient, LLMEndpointError, LLMSettings, PatchProposal,
-    confidence_to_log_std, patch_or_none, priors_or_fallback,
+    PatchProposal,
+    confidence_to_log_std,
+    patch_or_none,
+    priors_or_fallback,
 )
-from infrarsi.errors import PatchError, SpecError
-from infrarsi.knobs import Constraint, Knob, KnobSpace
-from infrarsi.priors import UNINFORMED_LOG_STD, Priors, SettingPrior
+from infrarsi.core.errors import PatchError, SpecError
+from infrarsi.core.knobs import Constraint, Knob, KnobSpace
+from infrarsi.core.priors import UNINFORMED_LOG_STD, Priors, SettingPrior
 from tests.llm_server import Reply, ScriptedLLMServer, running_server
 
 SPACE = KnobSpace(

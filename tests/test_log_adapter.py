@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.launcher import TrialRequest, run_process_trial
-from infrarsi.log_adapter import LogAdapter, MetricsLineError
-from infrarsi.spec import MetricsSpec
-from infrarsi.trial import Outcome, Role
+from infrarsi.core.spec import MetricsSpec
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
+from infrarsi.harness.log_adapter import LogAdapter, MetricsLineError
 
 PRINT_JOB = str(Path(__file__).parent / "jobs" / "print_job.py")
 STEP = r"iter (?P<step>\d+): loss (?P<loss>\S+),"
@@ -75,7 +75,7 @@ def test_output_that_makes_no_valid_metrics_is_a_crash_naming_the_spec_field(tmp
 
 
 def test_doctor_names_the_step_pattern_and_the_log_adapter_when_nothing_matched(tmp_path):
-    from infrarsi.metrics_events import explain_baseline_failure
+    from infrarsi.harness.metrics_events import explain_baseline_failure
 
     message = explain_baseline_failure(_run(tmp_path, "--quiet"))
     assert message.startswith("the baseline produced no metric lines in doctor")

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.errors import ContractError, SpecError
-from infrarsi.inprocess_pool import InProcessPool
-from infrarsi.launcher import TrialRequest, run_process_trial
-from infrarsi.metrics_events import explain_baseline_failure
-from infrarsi.spec import parse_spec
+from infrarsi.core.errors import ContractError, SpecError
+from infrarsi.core.spec_load import parse_spec
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.inprocess_pool import InProcessPool
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
+from infrarsi.harness.metrics_events import explain_baseline_failure
 from infrarsi.stages.init import builtin_spec_path
-from infrarsi.trial import Outcome, Role
 
 BUILTIN = tomllib.loads(builtin_spec_path().read_text())
 STEP = r"iter (?P<step>\d+): loss (?P<loss>\S+),"
@@ -125,9 +125,9 @@ def test_a_failed_baseline_gets_advice_that_fits_the_cause(tmp_path, outcome, re
 
 
 def test_doctor_stops_on_a_baseline_that_prints_no_metric_lines(tmp_path):
-    from infrarsi.runtime import CampaignRuntime, RuntimeSettings
     from infrarsi.stages.doctor import run_doctor
     from infrarsi.stages.init import init_campaign
+    from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
     job = tmp_path / "job"
     job.mkdir()

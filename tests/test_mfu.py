@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.accelerators import detect_device_names, lookup
-from infrarsi.mfu import campaign_mfu, mfu
+from infrarsi.stages.report.accelerators import detect_device_names, lookup
+from infrarsi.stages.report.mfu import campaign_mfu, mfu
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,7 +92,7 @@ def test_a_campaign_on_a_known_gpu_puts_its_mfu_in_the_report_and_on_the_mlflow_
     from mlflow.tracking import MlflowClient
     from staged_campaign import run_staged
 
-    from infrarsi.report import summarize
+    from infrarsi.stages.report.report import summarize
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cdir = run_staged(tmp_path, name="sim-mfu", proposer="random", store=store, num_trials=4, in_process=True,
@@ -125,4 +125,4 @@ def test_on_a_gpu_the_job_names_its_device_and_the_table_knows_it(tmp_path):
                    env={**os.environ, "INFRARSI_METRICS_FILE": str(metrics)})
     start = json.loads(metrics.read_text().splitlines()[0])
     assert start["device"].startswith("cuda") and start["device_name"] in detect_device_names()
-    assert lookup(start["device_name"]) is not None, f"add {start['device_name']!r} to infrarsi/accelerators.py"
+    assert lookup(start["device_name"]) is not None, f"add {start['device_name']!r} to infrarsi/stages/report/accelerators.py"

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.report import render_markdown, summarize
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.contract.checks import enforce
+from infrarsi.core.trial import Outcome, Role
 from infrarsi.stages.apply import commit_message
-from infrarsi.checks import enforce
 from infrarsi.stages.doctor import run_doctor
-from infrarsi.stages.evidence import plan_verification
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.minimize import MinimizeReport, run_minimize
-from infrarsi.stages.search import contract_seed_history
-from infrarsi.stages.verify import VerificationReport, run_verification
-from infrarsi.trial import Outcome, Role
+from infrarsi.stages.report.report import render_markdown, summarize
+from infrarsi.stages.run.evidence import plan_verification
+from infrarsi.stages.run.minimize import MinimizeReport, run_minimize
+from infrarsi.stages.run.search import contract_seed_history
+from infrarsi.stages.run.verify import VerificationReport, run_verification
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
 FAKE = Path(__file__).parent / "fake_workload.py"
 
@@ -168,8 +168,8 @@ def test_a_patch_proposed_during_the_run_is_left_out_like_a_knob(tmp_path, ray_s
     """A patch accepted after doctor is a knob doctor's baseline never had; the winner
     carries it. Minimization measures the winner without it (the default campaign once
     stopped here with a KeyError) and drops it: this patch only adds a comment."""
-    from infrarsi.patches import Patch, make_diff
-    from infrarsi.stages.patching import _grow
+    from infrarsi.patches.patch import Patch, make_diff
+    from infrarsi.stages.run.patching import _grow
 
     spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15]}, baseline={"sleep": 0.3}, minimize_pairs=2,
                  doctor_max_repeats=3)

@@ -5,9 +5,10 @@ import tomllib
 
 import pytest
 
-from infrarsi.errors import SpecError
-from infrarsi.objective import break_even_steps, job_steps, job_time_s
-from infrarsi.spec import ObjectiveSpec, parse_spec
+from infrarsi.core.errors import SpecError
+from infrarsi.core.objective import break_even_steps, job_steps, job_time_s
+from infrarsi.core.spec import ObjectiveSpec
+from infrarsi.core.spec_load import parse_spec
 from infrarsi.stages.init import builtin_spec_path
 
 
@@ -32,7 +33,7 @@ def test_a_spec_with_both_job_lengths_names_the_field(tmp_path):
 
 
 def test_the_summary_print_names_changes_checks_and_wall_time(capsys):
-    from infrarsi.cli import _print_summary
+    from infrarsi.cli.main import _print_summary
 
     _print_summary({"verified_speedup": 1.9, "speedup_ci": [1.8, 2.0], "branch": "infrarsi/x",
                     "end_to_end_speedup": 1.9, "step_speedup": 2.0, "job_steps": 10,

@@ -15,27 +15,26 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "adversarial"))
 
 from adversarial_cheats import SCOPE_CHEATS, TRAIN_CHEATS, edited, replay_cheat  # noqa: E402
-from tests.llm_server import Reply, running_server  # noqa: E402
-from infrarsi.ledger import Ledger  # noqa: E402
-from infrarsi.loss_calibration import calibrate_loss  # noqa: E402
-from infrarsi.patch_sources import BuiltinPatchSource, PatchContext, gate  # noqa: E402
-from infrarsi.patches import builtin_patches, make_diff  # noqa: E402
-from infrarsi.inprocess_pool import InProcessPool  # noqa: E402
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
-from infrarsi.stages import patching  # noqa: E402
+from tiny_gpt import GPT_DIR  # noqa: E402
+
+from infrarsi.bank.campaign import record_campaign  # noqa: E402
+from infrarsi.bank.sqlite import Bank  # noqa: E402
+from infrarsi.contract.checks import enforce  # noqa: E402
+from infrarsi.core.ledger import Ledger  # noqa: E402
+from infrarsi.core.trial import Outcome, Role  # noqa: E402
+from infrarsi.harness.inprocess_pool import InProcessPool  # noqa: E402
+from infrarsi.patches.patch import builtin_patches, make_diff  # noqa: E402
+from infrarsi.patches.sources import BuiltinPatchSource, PatchContext, gate  # noqa: E402
+from infrarsi.stages.run import patching  # noqa: E402
+from infrarsi.stages.calibration import calibrate_loss  # noqa: E402
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor, run_doctor  # noqa: E402
 from infrarsi.stages.init import init_campaign, load_campaign  # noqa: E402
-from infrarsi.stages.evidence import finalist_plan  # noqa: E402
-from infrarsi.stages.search import run_search, search_experience  # noqa: E402
-from infrarsi.bank import Bank  # noqa: E402
-from infrarsi.bank_campaign import record_campaign  # noqa: E402
-from infrarsi.stages.verify import run_verification  # noqa: E402
-from infrarsi.testing import GPT_DIR  # noqa: E402
-from infrarsi.trial import Outcome, Role  # noqa: E402
-from infrarsi.checks import enforce  # noqa: E402
-
+from infrarsi.stages.run.evidence import finalist_plan  # noqa: E402
+from infrarsi.stages.run.search import run_search, search_experience  # noqa: E402
+from infrarsi.stages.run.verify import run_verification  # noqa: E402
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from tests.adversarial.test_adversarial import reference_run, write_spec  # noqa: E402
-
+from tests.llm_server import Reply, running_server  # noqa: E402
 
 
 def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c",
@@ -162,7 +161,7 @@ def test_a_default_campaign_proposes_gates_and_measures_a_builtin_patch(tmp_path
 
 
 def _trial(i: int, outcome: Outcome = Outcome.OK, step: float | None = 1.0):
-    from infrarsi.trial import TrialResult
+    from infrarsi.core.trial import TrialResult
 
     return TrialResult(trial_id=f"t{i:04d}", config={}, role=Role.SEARCH, outcome=outcome,
                        step_time_s=step if outcome is Outcome.OK else None)

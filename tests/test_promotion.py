@@ -4,7 +4,7 @@ Noise model: what doctor sees on a shared 2-core machine: each run's median step
 the true time times lognormal noise, on top of a slow drift of the machine that A and B
 runs taken moments apart share. Doctor's floor comes from its five baseline runs. The
 error rates asserted here are measured by simulating whole verifications with the rule
-the campaign uses (``infrarsi.sequential``); ``benchmarks/campaign_cost.py`` tabulates
+the campaign uses (``infrarsi.stages.run.sequential``); ``benchmarks/campaign_cost.py`` tabulates
 them beside the fixed five-pair rule this one replaced.
 """
 
@@ -13,8 +13,14 @@ import math
 import numpy as np
 import pytest
 
-from infrarsi.noise import cv_upper_bound, estimate_noise
-from infrarsi.sequential import ALPHA, Decision, SequentialRule, look, pair_noise
+from infrarsi.contract.noise import cv_upper_bound, estimate_noise
+from infrarsi.stages.run.sequential import (
+    ALPHA,
+    Decision,
+    SequentialRule,
+    look,
+    pair_noise,
+)
 
 MAX_PAIRS = 7  # the default budget.verify_pairs
 DOCTOR_RUNS = 5  # the default budget.doctor_max_repeats

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from infrarsi.knobs import Constraint, Knob, KnobSpace
+from infrarsi.core.knobs import Constraint, Knob, KnobSpace
+from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.proposers import SearchContext, make_proposer, proposer_names
-from infrarsi.trial import Outcome, Role, TrialResult
 
 SPACE = KnobSpace(
     knobs=(Knob(name="a", values=(0, 1, 2)), Knob(name="b", values=("x", "y")), Knob(name="c", values=("p", "q", "r"))),

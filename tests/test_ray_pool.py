@@ -4,8 +4,8 @@ import sys
 from pathlib import Path
 
 from infrarsi.adapters.ray_pool import PoolSettings, TrialPool
-from infrarsi.launcher import TrialRequest
-from infrarsi.trial import Outcome, Role
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.launcher import TrialRequest
 
 FAKE = str(Path(__file__).parent / "fake_workload.py")
 

@@ -3,10 +3,11 @@ superseded, and measured again on the same trial id."""
 
 import dataclasses
 
-from infrarsi.testing import tiny_spec
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from tiny_gpt import tiny_spec
+
+from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.stages.init import init_campaign
-from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
 
 def test_contaminated_ok_trial_is_kept_and_requested_again(tmp_path):

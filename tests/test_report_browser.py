@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from infrarsi.ledger import Ledger
+from infrarsi.core.ledger import Ledger
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium; "

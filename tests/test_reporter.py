@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.reporter import Reporter
+from infrarsi.job.reporter import Reporter
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("prefect", "ray", "mlflow", "torch", "optuna", "git", "openai", "pydantic", "numpy")
 
 
 def test_importing_the_reporter_pulls_in_the_standard_library_only():
-    code = ("import sys, infrarsi.reporter\n"
+    code = ("import sys, infrarsi.job.reporter\n"
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
                          check=True, cwd=REPO)

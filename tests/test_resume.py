@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from infrarsi.testing import oom_capacity, tiny_spec
-from infrarsi.ledger import Ledger
+from tiny_gpt import oom_capacity, tiny_spec
+
+from infrarsi.core.ledger import Ledger
 
 
 def _cli(*args, **kw):

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 from mlflow import MlflowClient
 
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.search import search_priors
+from infrarsi.stages.run.search import search_priors
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 from tasks.stages import _doctor_cache_key, adopt_doctor_task
 from tests.llm_server import Reply, running_server
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from infrarsi.ledger import Ledger
+from infrarsi.core.ledger import Ledger
 
 JOB = Path(__file__).resolve().parent / "resume_job"
 SPEC = f"""name = "resume-job"

@@ -5,9 +5,9 @@ import re
 
 import git
 
-from infrarsi.cli import main
-from infrarsi.ledger import Ledger
-from infrarsi.workspace import CampaignDir
+from infrarsi.cli.main import main
+from infrarsi.core.ledger import Ledger
+from infrarsi.core.workspace import CampaignDir
 
 
 def test_sim_campaign_runs_through_the_cli(tmp_path, capsys, ray_session, prefect_harness):

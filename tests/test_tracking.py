@@ -16,7 +16,7 @@ from mlflow.entities import ViewType
 from mlflow.exceptions import MlflowException
 
 from infrarsi.adapters.tracking import Tracker
-from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.core.trial import Outcome, Role, TrialResult
 
 EXPERIMENT = "infrarsi-test"
 OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"

@@ -5,10 +5,10 @@ constraint."""
 from __future__ import annotations
 
 import numpy as np
+from tiny_gpt import knob_space
 
+from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.proposers import SearchContext, make_proposer
-from infrarsi.testing import knob_space
-from infrarsi.trial import Outcome, Role, TrialResult
 
 KNOBS = {"micro_batch": [2, 4, 8], "patch_fast": [False, True], "attention": ["naive", "sdpa"]}
 BASE = {"micro_batch": 2, "patch_fast": False, "attention": "naive"}

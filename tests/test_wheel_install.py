@@ -21,7 +21,7 @@ NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-inf
                                     "runs", "campaigns", "mlruns", "mlflow.db", ".prefect", ".gpu_wheels")
 PROBE = """
 import json, infra_patches, infrarsi
-from infrarsi.patches import builtin_patches
+from infrarsi.patches.patch import builtin_patches
 print(json.dumps({"infrarsi": infrarsi.__file__, "infra_patches": infra_patches.__file__,
                   "names": sorted(p.name for p in builtin_patches())}))
 """

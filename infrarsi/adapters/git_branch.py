@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 import git
 
-from infrarsi.errors import InfrarsiError, PatchError
+from infrarsi.core.errors import InfrarsiError, PatchError
 
 __all__ = ["BranchError", "changed_paths", "check_patches_apply", "clone", "ensure_repository", "patch_worktree",
            "repository_root", "snapshot", "stage_branch"]

@@ -1,6 +1,6 @@
 """The one module that talks to an LLM: knob priors and code patch proposals from any
 OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, a llama.cpp server, ...). The run stage
-asks for priors once and, through ``infrarsi.patch_sources``, for patches after doctor and
+asks for priors once and, through ``infrarsi.patches.sources``, for patches after doctor and
 when the search stalls; every patch answer goes through the patch gate.
 
 Both questions use structured output (``chat.completions.parse`` with a pydantic
@@ -34,9 +34,9 @@ from typing import Any, Mapping, Sequence, TypeVar
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from infrarsi.errors import InfrarsiError, PatchError, SpecError
-from infrarsi.knobs import Knob, KnobSpace, Value
-from infrarsi.priors import UNINFORMED_LOG_STD, Priors, SettingPrior
+from infrarsi.core.errors import InfrarsiError, PatchError, SpecError
+from infrarsi.core.knobs import Knob, KnobSpace, Value
+from infrarsi.core.priors import UNINFORMED_LOG_STD, Priors, SettingPrior
 
 __all__ = [
     "LLMSettings", "LLMClient", "PatchProposal", "LLMUnavailableError", "LLMEndpointError",

@@ -6,8 +6,8 @@ reserve a placement group of ``nodes_per_trial`` bundles (each ``gpus_per_trial`
 ``placement_timeout_s`` and removing the group when it cannot be placed (Ray would keep an
 infeasible group pending forever); start one node actor in each bundle; pick the
 rendezvous endpoint (address and a free port) on the first bundle's node; run every
-node's torchrun line through ``infrarsi.launcher.run_process_trial`` at once; merge the
-node results (``infrarsi.multinode``). When a node's actor dies mid-trial (its node was
+node's torchrun line through ``infrarsi.harness.launcher.run_process_trial`` at once; merge the
+node results (``infrarsi.harness.multinode``). When a node's actor dies mid-trial (its node was
 lost), the other nodes' trial processes are killed, the attempt is returned as a crash
 marked ``actor_died`` with the lost node, and the pool retries the trial once on a fresh
 placement group. The group is removed at the end of every attempt.
@@ -19,9 +19,9 @@ import socket
 import time
 from typing import Any
 
-from infrarsi.launcher import TrialRequest, run_process_trial
-from infrarsi.multinode import NodeLayout, merge_node_results, node_request
-from infrarsi.trial import Outcome, TrialResult
+from infrarsi.core.trial import Outcome, TrialResult
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
+from infrarsi.harness.multinode import NodeLayout, merge_node_results, node_request
 
 __all__ = ["PlacementTrialActor", "PlacementSettings"]
 

@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from infrarsi.launcher import TrialRequest
-from infrarsi.trial import Outcome, TrialResult
+from infrarsi.core.trial import Outcome, TrialResult
+from infrarsi.harness.launcher import TrialRequest
 
 MAX_ATTEMPTS = 2
 
@@ -25,10 +25,10 @@ MAX_ATTEMPTS = 2
 def run_trial(req: TrialRequest) -> TrialResult:
     """Dispatch one trial to its backend; runs inside the actor."""
     if req.backend == "sim":
-        from infrarsi.sim_trial import run_sim_trial
+        from infrarsi.sim.trial import run_sim_trial
 
         return run_sim_trial(req)
-    from infrarsi.launcher import run_process_trial
+    from infrarsi.harness.launcher import run_process_trial
 
     return run_process_trial(req)
 
@@ -80,7 +80,7 @@ def _placement_actor(ray: Any, settings: PoolSettings) -> tuple[Any, tuple]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from infrarsi.adapters.ray_placement import PlacementSettings, PlacementTrialActor
-    from infrarsi.multinode import NodeLayout
+    from infrarsi.harness.multinode import NodeLayout
 
     layout = NodeLayout(num_nodes=settings.nodes_per_trial, processes_per_node=settings.processes_per_node,
                         gpus_per_node=settings.gpus_per_trial, cpus_per_node=settings.cpus_per_trial)

@@ -1,8 +1,9 @@
 """MLflow tracking: a campaign is a parent run, every trial attempt (OOMs included) a child.
 
-With ``mlflow_bank`` (the experience bank's MLflow store), the only modules in infrarsi
-that talk to MLflow. It uses ``MlflowClient`` with explicit run ids (no global active run),
-so one ``Tracker`` may be shared by threads.
+With ``adapters.mlflow_runs`` (what a run holds, and reading runs back) and
+``bank.mlflow`` (the experience bank's MLflow store), the only modules in infrarsi that
+talk to MLflow. It uses ``MlflowClient`` with explicit run ids (no global active run), so
+one ``Tracker`` may be shared by threads.
 
 MLflow is for people; the ledger is the record. So an unreachable store never stops a
 campaign: a call that fails with a store, network or database error is appended to a
@@ -35,8 +36,22 @@ from mlflow.utils.validation import (
     MAX_TAG_VAL_LENGTH,
 )
 
-from infrarsi.errors import InfrarsiError
-from infrarsi.trial import TrialResult
+from infrarsi.adapters.mlflow_runs import (
+    TAG_ATTEMPT,
+    TAG_CAMPAIGN_ID,
+    TAG_KIND,
+    TAG_PARENT,
+    TAG_TRIAL_ID,
+    clip,
+    default_artifact_location,
+    now_ms,
+    quote,
+    trial_metrics,
+    trial_params,
+    trial_tags,
+)
+from infrarsi.core.errors import InfrarsiError
+from infrarsi.core.trial import TrialResult
 
 __all__ = ["Tracker"]
 
@@ -52,17 +67,6 @@ _STORE_ERRORS = (
     sqlite3.Error,
 )
 
-TAG_KIND = "infrarsi.kind"  # "campaign" on the parent run, "trial" on children
-TAG_CAMPAIGN_ID = "infrarsi.campaign_id"
-TAG_TRIAL_ID = "infrarsi.trial_id"
-TAG_ATTEMPT = "infrarsi.attempt"
-TAG_OUTCOME = "infrarsi.outcome"
-TAG_ROLE = "infrarsi.role"
-TAG_REASON = "infrarsi.reason"
-TAG_SIMULATED = "infrarsi.simulated"
-TAG_CACHED_FROM = "infrarsi.cached_from"
-TAG_PARENT = "mlflow.parentRunId"
-MAX_REASON_CHARS = 1000
 _END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
@@ -87,7 +91,7 @@ class Tracker:
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.spool_path = Path(spool_path)
-        self.artifact_location = artifact_location or _default_artifact_location(tracking_uri)
+        self.artifact_location = artifact_location or default_artifact_location(tracking_uri)
         self.retry_interval_s = retry_interval_s
         self._lock = threading.RLock()
         self._client: MlflowClient | None = None
@@ -115,7 +119,7 @@ class Tracker:
         """
         self._campaign_id = campaign_id
         return self._submit({
-            "op": "start_campaign", "time_ms": _now_ms(), "campaign_id": campaign_id,
+            "op": "start_campaign", "time_ms": now_ms(), "campaign_id": campaign_id,
             "params": {k: str(v) for k, v in params.items()},
             "tags": {k: str(v) for k, v in tags.items()},
         })
@@ -125,7 +129,7 @@ class Tracker:
     ) -> None:
         """Log one trial attempt as a child run; a no-op if it is already there."""
         self._submit({
-            "op": "log_trial", "time_ms": _now_ms(), "campaign_id": campaign_id,
+            "op": "log_trial", "time_ms": now_ms(), "campaign_id": campaign_id,
             "result": result.to_json(),
             "log_file": str(log_file) if log_file is not None else None,
         })
@@ -149,7 +153,7 @@ class Tracker:
         if campaign_id is None:
             raise ValueError("end_campaign needs a campaign_id: call start_campaign first")
         self._submit({
-            "op": "end_campaign", "time_ms": _now_ms(), "campaign_id": campaign_id,
+            "op": "end_campaign", "time_ms": now_ms(), "campaign_id": campaign_id,
             "summary_metrics": {k: float(v) for k, v in summary_metrics.items()},
             "artifacts": [str(p) for p in artifacts], "status": status,
             "tags": {k: str(v) for k, v in (tags or {}).items()},
@@ -272,7 +276,7 @@ class Tracker:
         runs = self._connect().search_runs(
             [self._experiment()],
             filter_string=(f"tags.`{TAG_KIND}` = 'campaign' and "
-                           f"tags.`{TAG_CAMPAIGN_ID}` = {_quote(campaign_id)}"),
+                           f"tags.`{TAG_CAMPAIGN_ID}` = {quote(campaign_id)}"),
             order_by=["attributes.start_time ASC"], max_results=1,
         )
         if runs:
@@ -292,7 +296,7 @@ class Tracker:
             run_id = self._parent_ids[campaign_id] = run.info.run_id
         else:  # a resumed campaign: params are immutable in MLflow, log only new ones
             logged = client.get_run(run_id).data.params
-            changed = sorted(k for k in params if k in logged and logged[k] != _clip(
+            changed = sorted(k for k in params if k in logged and logged[k] != clip(
                 params[k], MAX_PARAM_VAL_LENGTH))
             if changed:
                 log.warning("campaign %s resumed with different params %s; MLflow keeps "
@@ -312,7 +316,7 @@ class Tracker:
         for run in client.search_runs(
             [self._experiment()],
             filter_string=(f"tags.`{TAG_PARENT}` = '{parent_id}' and "
-                           f"tags.`{TAG_TRIAL_ID}` = {_quote(result.trial_id)} and "
+                           f"tags.`{TAG_TRIAL_ID}` = {quote(result.trial_id)} and "
                            f"tags.`{TAG_ATTEMPT}` = '{result.attempt}'"),
             run_view_type=ViewType.ACTIVE_ONLY,
         ):
@@ -324,11 +328,11 @@ class Tracker:
         end_ms = record["time_ms"]
         run = client.create_run(
             self._experiment(), start_time=end_ms - int(result.wall_time_s * 1000),
-            run_name=result.trial_id, tags=_trial_tags(result, campaign_id, parent_id),
+            run_name=result.trial_id, tags=trial_tags(result, campaign_id, parent_id),
         )
         run_id = run.info.run_id
-        self._log_batch(run_id, params=_trial_params(result),
-                        metrics=_trial_metrics(result, end_ms))
+        self._log_batch(run_id, params=trial_params(result),
+                        metrics=trial_metrics(result, end_ms))
         client.log_dict(run_id, record["result"], "trial.json")
         log_file = record.get("log_file")
         if log_file is not None:
@@ -368,8 +372,8 @@ class Tracker:
         metrics: Sequence[Metric] = (),
     ) -> None:
         # MLflow caps one batch at 100 params + tags and 1000 metrics.
-        param_list = [Param(k, _clip(v, MAX_PARAM_VAL_LENGTH)) for k, v in (params or {}).items()]
-        tag_list = [RunTag(k, _clip(v, MAX_TAG_VAL_LENGTH)) for k, v in (tags or {}).items()]
+        param_list = [Param(k, clip(v, MAX_PARAM_VAL_LENGTH)) for k, v in (params or {}).items()]
+        tag_list = [RunTag(k, clip(v, MAX_TAG_VAL_LENGTH)) for k, v in (tags or {}).items()]
         client = self._connect()
         for i in range(0, len(param_list), MAX_PARAMS_TAGS_PER_BATCH):
             client.log_batch(run_id, params=param_list[i:i + MAX_PARAMS_TAGS_PER_BATCH])
@@ -379,102 +383,3 @@ class Tracker:
             client.log_batch(run_id, metrics=list(metrics[i:i + MAX_METRICS_PER_BATCH]))
 
 
-def _trial_tags(result: TrialResult, campaign_id: str, parent_id: str) -> dict[str, str]:
-    tags = {
-        TAG_PARENT: parent_id,
-        TAG_KIND: "trial",
-        TAG_CAMPAIGN_ID: campaign_id,
-        TAG_TRIAL_ID: result.trial_id,
-        TAG_ATTEMPT: str(result.attempt),
-        TAG_OUTCOME: result.outcome.value,
-        TAG_ROLE: result.role.value,
-    }
-    if result.reason:
-        tags[TAG_REASON] = _clip(result.reason, MAX_REASON_CHARS)
-    if result.extra.get("simulated"):
-        tags[TAG_SIMULATED] = "true"
-    if result.extra.get("cached_from"):  # doctor's run, measured by the campaign that filled the cache
-        tags[TAG_CACHED_FROM] = str(result.extra["cached_from"])
-    return tags
-
-
-def _trial_params(result: TrialResult) -> dict[str, str]:
-    # Knob names are identifiers, so the dotted infrarsi.* names never collide with them.
-    params = {name: str(value) for name, value in result.config.items()}
-    params["infrarsi.role"] = result.role.value
-    params["infrarsi.attempt"] = str(result.attempt)
-    params["infrarsi.patches"] = ",".join(result.patches) or "none"
-    return params
-
-
-def _trial_metrics(result: TrialResult, time_ms: int) -> list[Metric]:
-    summary = {
-        "step_time_s": result.step_time_s,
-        "peak_memory_bytes": result.peak_memory_bytes,
-        "memory_capacity_bytes": result.memory_capacity_bytes,
-        "wall_time_s": result.wall_time_s,
-        "device_seconds": result.device_seconds,
-        "tokens_per_step": result.tokens_per_step,
-        **{f"phase/{name}_s": seconds for name, seconds in result.phases_s.items()},
-    }
-    metrics = [Metric(k, float(v), time_ms, 0) for k, v in summary.items() if v is not None]
-    # Per-step series live under "step/" so they do not clash with the summary metrics.
-    metrics += [Metric("step/loss", float(v), time_ms, i) for i, v in enumerate(result.losses)]
-    metrics += [Metric("step/step_time_s", float(v), time_ms, i)
-                for i, v in enumerate(result.step_times_s)]
-    return metrics
-
-
-def _default_artifact_location(tracking_uri: str) -> str | None:
-    if tracking_uri.startswith("sqlite:///"):
-        db_path = Path(tracking_uri.removeprefix("sqlite:///"))
-        if not db_path.is_absolute():
-            db_path = db_path.resolve()
-        return (db_path.parent / "mlartifacts").as_uri()
-    return None  # a tracking server decides where artifacts go
-
-
-def _quote(value: str) -> str:
-    """Quote a string for an MLflow filter (which has no escape sequences)."""
-    if "'" not in value:
-        return f"'{value}'"
-    if '"' not in value:
-        return f'"{value}"'
-    raise InfrarsiError(f"id {value!r} holds both quote characters; MLflow cannot search it")
-
-
-def _clip(text: str, max_chars: int) -> str:
-    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-# ----------------------------------------------------------------- reading a store back
-def _run_record(run: Any) -> dict[str, Any]:
-    return {"run_id": run.info.run_id, "run_name": run.info.run_name, "status": run.info.status,
-            "start_time_ms": run.info.start_time, "params": dict(run.data.params),
-            "tags": dict(run.data.tags), "metrics": dict(run.data.metrics)}
-
-
-def campaign_runs(tracking_uri: str) -> list[dict[str, Any]]:
-    """Every campaign's parent run in the store, across experiments, oldest first: run id,
-    name, status, start time, params, tags and (latest) metrics."""
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    if not experiments:
-        return []
-    runs = client.search_runs(experiments, filter_string=f"tags.`{TAG_KIND}` = 'campaign'",
-                              order_by=["attributes.start_time ASC"], max_results=50_000)
-    return [_run_record(r) for r in runs]
-
-
-def trial_runs(tracking_uri: str, parent_run_id: str) -> list[dict[str, Any]]:
-    """The trial runs under one campaign's parent run (every attempt), as records."""
-    client = MlflowClient(tracking_uri=tracking_uri)
-    parent = client.get_run(parent_run_id)
-    runs = client.search_runs([parent.info.experiment_id],
-                              filter_string=f"tags.`{TAG_PARENT}` = '{parent_run_id}'",
-                              run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
-    return [_run_record(r) for r in runs]

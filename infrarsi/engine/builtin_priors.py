@@ -17,10 +17,10 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from infrarsi.core.knobs import Config, KnobSpace, Value
+from infrarsi.core.priors import UNINFORMED_LOG_STD, Priors, SettingPrior
 from infrarsi.engine import memory_components
 from infrarsi.engine.knob_rows import STAGE_ROWS, knob_row, normalise
-from infrarsi.knobs import Config, KnobSpace, Value
-from infrarsi.priors import UNINFORMED_LOG_STD, Priors, SettingPrior
 
 _L = math.log
 

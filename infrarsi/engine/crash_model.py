@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infrarsi.knobs import Config, KnobSpace
-from infrarsi.trial import Outcome
+from infrarsi.core.knobs import Config, KnobSpace
+from infrarsi.core.trial import Outcome
 
 # A contract violation counts too: the settings (or patch) that broke the contract once
 # would break it again, so they are learned against like a crash.

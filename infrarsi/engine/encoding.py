@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from infrarsi.knobs import Config, KnobSpace, Value
+from infrarsi.core.knobs import Config, KnobSpace, Value
 
 # How far a knob's prior effects may be off in scale, shared by its levels (one sd: 50%).
 PRIOR_SCALE_STD = 0.5

@@ -8,7 +8,7 @@ strings in lower case.
 
 from __future__ import annotations
 
-from infrarsi.knobs import Knob, Value
+from infrarsi.core.knobs import Knob, Value
 
 # grad_accum has no row: kept in a fixed product with the micro-batch, the split's effect
 # is the micro-batch's.

@@ -35,10 +35,10 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from infrarsi.core.knobs import Value
+from infrarsi.core.priors import Priors
 from infrarsi.engine.encoding import Encoding
 from infrarsi.engine.knob_rows import STAGE_ROWS, knob_row, normalise
-from infrarsi.knobs import Value
-from infrarsi.priors import Priors
 
 _L = math.log
 FIXED, STATES, EXPERTS, ACTIVATIONS = "fixed", "states", "expert_states", "activations"

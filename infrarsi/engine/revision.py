@@ -10,10 +10,10 @@ for the settings it knows.
 
 from __future__ import annotations
 
+from infrarsi.core.priors import Priors
 from infrarsi.engine.encoding import Encoding
 from infrarsi.engine.memory_model import MemoryModel
 from infrarsi.engine.time_model import TimeModel
-from infrarsi.priors import Priors
 
 
 def revise_priors(encoding: Encoding, priors: Priors, time_model: TimeModel,

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 from scipy import special
 
-from infrarsi.knobs import KnobSpace
+from infrarsi.core.knobs import KnobSpace
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from infrarsi.core.knobs import Config, KnobSpace
 from infrarsi.engine.selection import hamming_to_nearest, pick_diverse
-from infrarsi.knobs import Config, KnobSpace
 
 
 def experience_rows(space: KnobSpace, configs: tuple[Config, ...], row_of: dict[tuple, int]) -> list[int]:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from infrarsi.core.priors import Priors
 from infrarsi.engine.encoding import PRIOR_SCALE_STD, Encoding, pair_columns
-from infrarsi.priors import Priors
 
 # A wide, essentially flat prior on the intercept (log seconds of the baseline).
 _INTERCEPT_STD = 10.0

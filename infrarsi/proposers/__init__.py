@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from infrarsi.errors import SpecError
+from infrarsi.core.errors import SpecError
 from infrarsi.proposers.base import Proposer, SearchContext
 
 
 def _registry() -> dict[str, type[Proposer]]:
-    from infrarsi.proposers.engine import InfraRSIProposer
+    from infrarsi.proposers.engine_proposer import InfraRSIProposer
     from infrarsi.proposers.greedy import GreedyProposer
     from infrarsi.proposers.optuna_samplers import GPProposer, TPEProposer
     from infrarsi.proposers.random import RandomProposer

@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from infrarsi.knobs import Config, KnobSpace
-from infrarsi.trial import TrialResult
+from infrarsi.core.knobs import Config, KnobSpace
+from infrarsi.core.trial import TrialResult
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,9 +8,9 @@ configs, and finally random configs, so it only runs dry when the space does.
 
 from __future__ import annotations
 
-from infrarsi.knobs import Config
+from infrarsi.core.knobs import Config
+from infrarsi.core.trial import Outcome
 from infrarsi.proposers.base import Proposer
-from infrarsi.trial import Outcome
 
 
 class GreedyProposer(Proposer):

@@ -16,11 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from infrarsi.knobs import Config
+from infrarsi.core.knobs import Config
+from infrarsi.core.trial import Outcome, TrialResult
 from infrarsi.proposers.base import Proposer, SearchContext
-from infrarsi.trial import Outcome, TrialResult
-
-
 
 _CONSTRAINT = {Outcome.OOM: "oom", Outcome.CONTRACT_VIOLATION: "violation"}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infrarsi.knobs import Config
+from infrarsi.core.knobs import Config
 from infrarsi.proposers.base import Proposer
 
 

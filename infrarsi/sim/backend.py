@@ -16,12 +16,13 @@ from typing import Mapping
 
 import numpy as np
 
-from infrarsi.knobs import Value
+from infrarsi.core.knobs import Value
+from infrarsi.core.trial import Outcome
 from infrarsi.sim.cost import estimate
 from infrarsi.sim.failures import CRASH_REASONS
 from infrarsi.sim.job import columns
-from infrarsi.sim.workloads import Workload, workload
-from infrarsi.trial import Outcome
+from infrarsi.sim.workload import Workload
+from infrarsi.sim.workloads import workload
 
 NOISE_SIGMA = 0.02
 NUM_STEPS = 5

@@ -28,7 +28,7 @@ import numpy as np
 
 from infrarsi.sim.cost import estimate
 from infrarsi.sim.job import Job, columns
-from infrarsi.sim.workloads import Workload, knob_space
+from infrarsi.sim.workload import Workload, knob_space
 
 PREFIX = "gen-"
 # Fixed splits. Tune only on DEVELOPMENT_SEEDS (and EXTRA_DEVELOPMENT_SEEDS, 64 more jobs

@@ -1,6 +1,6 @@
 """Every config of a knob space as numpy columns, for the vectorised cost model.
 
-Enumeration and the constraint interpreter live in ``infrarsi.knobs`` (``KnobSpace``
+Enumeration and the constraint interpreter live in ``infrarsi.core.knobs`` (``KnobSpace``
 evaluates constraints on whole columns); this module only names the pieces the
 simulator and the oracle use.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infrarsi.knobs import KnobSpace
+from infrarsi.core.knobs import KnobSpace
 
 
 def index_grid(space: KnobSpace) -> np.ndarray:

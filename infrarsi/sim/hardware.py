@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infrarsi.errors import SpecError
+from infrarsi.core.errors import SpecError
 
 GiB = 2**30
 # Sustained share of the A100's 312 TFLOP/s that large bf16 GEMMs reach in training.

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from infrarsi.errors import SpecError
+from infrarsi.core.errors import SpecError
 from infrarsi.sim.hardware import Hardware, hardware
 from infrarsi.sim.models import ModelShape, model_shape
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infrarsi.errors import SpecError
+from infrarsi.core.errors import SpecError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infrarsi.knobs import Config
+from infrarsi.core.knobs import Config
 from infrarsi.sim.cost import Estimate, estimate
 from infrarsi.sim.grid import feasible_columns
 from infrarsi.sim.job import columns
-from infrarsi.sim.workloads import Workload
+from infrarsi.sim.workload import Workload
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from infrarsi.contract import Contract
-from infrarsi.command import render_command
+from infrarsi.contract.freeze import Contract
+from infrarsi.core.workspace import CampaignDir
+from infrarsi.harness.command import render_command
 from infrarsi.stages.doctor import DoctorReport
-from infrarsi.stages.verify import VerificationReport, Verdict
-from infrarsi.workspace import CampaignDir
+from infrarsi.stages.run.verify import Verdict, VerificationReport
 
 PROMOTED_FILE = "infrarsi_promoted.toml"
 
@@ -115,7 +115,7 @@ def run_apply(contract: Contract, cdir: CampaignDir, doctor: DoctorReport, verif
         repo = repository_root(contract.workdir)
         rel_dir = Path(contract.workdir).resolve().relative_to(repo)
         branch = f"infrarsi/{contract.campaign_id}"
-        from infrarsi.patches import contract_patches, enabled_patches
+        from infrarsi.patches.patch import contract_patches, enabled_patches
 
         patches = enabled_patches(verification.promoted.config, contract_patches(contract))
         commit = stage_branch(repo, branch, files={(rel_dir / PROMOTED_FILE).as_posix():

@@ -13,15 +13,16 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from infrarsi.checks import LossReference, enforce
-from infrarsi.errors import ContractError
-from infrarsi.knobs import Config
-from infrarsi.loss_calibration import TOLERANCE_MARGIN, calibrate_loss
-from infrarsi.loss_contract import LossContract
-from infrarsi.metrics_events import explain_baseline_failure
-from infrarsi.noise import NoiseEstimate, estimate_noise
-from infrarsi.runtime import CampaignRuntime
-from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.contract.checks import enforce
+from infrarsi.contract.loss_contract import LossContract
+from infrarsi.contract.loss_reference import LossReference
+from infrarsi.contract.noise import NoiseEstimate, estimate_noise
+from infrarsi.core.errors import ContractError
+from infrarsi.core.knobs import Config
+from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.harness.metrics_events import explain_baseline_failure
+from infrarsi.stages.calibration import TOLERANCE_MARGIN, calibrate_loss
+from infrarsi.stages.runtime import CampaignRuntime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +31,7 @@ class DoctorReport:
     trial_ids: tuple[str, ...]
     step_time_s: float  # median over runs of each run's median step time
     run_step_times_s: tuple[float, ...]
-    noise_cv: float  # the noise of one run's median step time (infrarsi.noise): the noise floor
+    noise_cv: float  # the noise of one run's median step time (infrarsi.contract.noise): the noise floor
     within_run_cv: float
     reference_losses: tuple[float, ...]
     loss_tolerance: float

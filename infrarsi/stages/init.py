@@ -7,12 +7,18 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from infrarsi import hardware
-from infrarsi.contract import Contract, hash_files, matching_files
-from infrarsi.errors import ResumeError, SpecError
-from infrarsi.options import CampaignOptions
-from infrarsi.spec import CampaignSpec, load_spec
-from infrarsi.workspace import CampaignDir, default_campaigns_dir, default_tracking_uri
+from infrarsi.contract.freeze import Contract
+from infrarsi.core.errors import ResumeError, SpecError
+from infrarsi.core.files import hash_files, matching_files
+from infrarsi.core.options import CampaignOptions
+from infrarsi.core.spec import CampaignSpec
+from infrarsi.core.spec_load import load_spec
+from infrarsi.core.workspace import (
+    CampaignDir,
+    default_campaigns_dir,
+    default_tracking_uri,
+)
+from infrarsi.harness import machine
 
 BUILTIN_SPEC = Path(__file__).resolve().parents[2] / "workloads" / "gpt" / "campaign.toml"
 
@@ -73,7 +79,7 @@ def resolved_options(options: CampaignOptions, spec: CampaignSpec) -> dict:
     """What the campaign folder remembers: the proposer and budget actually used, the
     MLflow store actually logged to, and the other overrides given."""
     from infrarsi.proposers import proposer_names
-    from infrarsi.trial_budget import check_cap
+    from infrarsi.stages.budget import check_cap
 
     proposer = options.proposer or spec.search.proposer
     if proposer not in proposer_names():
@@ -127,7 +133,7 @@ def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | 
     c = spec.contract
     locked = [] if spec.backend == "sim" else matching_files(workdir, c.locked)
     editable = [] if spec.backend == "sim" else [p for p in matching_files(workdir, c.editable) if p not in locked]
-    fp = hardware.fingerprint()
+    fp = machine.fingerprint()
     extra: dict = {"sim_workload": spec.sim_workload} if spec.backend == "sim" else {}
     if spec.patches:
         extra["patches"], conflicts = _gated_patches(spec, spec_path, workdir, locked)
@@ -137,7 +143,7 @@ def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | 
         campaign_id=campaign_id, spec=spec, spec_source=str(spec_path.resolve()), workdir=workdir,
         locked_hashes=hash_files(workdir, locked), editable_files=tuple(editable),
         source_hash=_source_hash(workdir, sorted(set(locked) | set(editable))),
-        hardware=fp, hardware_hash=hardware.fingerprint_hash(fp),
+        hardware=fp, hardware_hash=machine.fingerprint_hash(fp),
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
         extra=extra)
     cdir.write_json(cdir.contract, contract.to_json())
@@ -150,7 +156,7 @@ def _gated_patches(spec: CampaignSpec, spec_path: Path, workdir: Path, locked: l
     a patch that fails stops init, before any trial), and a constraint for each pair of
     patches that do not apply together."""
     from infrarsi.adapters.git_branch import check_patches_apply, repository_root
-    from infrarsi.patches import load_patches, require_in_scope
+    from infrarsi.patches.patch import load_patches, require_in_scope
 
     patches = load_patches(spec.patches, spec_path.resolve().parent)
     scope = _Scope(spec=spec, locked_hashes=dict.fromkeys(locked, ""))

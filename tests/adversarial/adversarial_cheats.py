@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from infrarsi.testing import GPT_DIR
-from infrarsi.patches import make_diff
+from tiny_gpt import GPT_DIR
+
+from infrarsi.patches.patch import make_diff
 
 FETCH = "                targets = targets.to(device, non_blocking=True)\n"
 ACCUM = "        for micro_step in range(grad_accum_steps):\n"

@@ -18,22 +18,22 @@ from pathlib import Path
 
 import git
 import pytest
-
 from adversarial_cheats import TRAIN_CHEATS, replay_cheat, scope_cheat, train_cheat
-from infrarsi.testing import GPT_DIR
-from infrarsi.checks import enforce
-from infrarsi.errors import PatchError, SpecError
-from infrarsi.inprocess_pool import InProcessPool
-from infrarsi.launcher import TrialRequest, run_process_trial
-from infrarsi.ledger import Ledger
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
-from infrarsi.spec import load_spec
+from tiny_gpt import GPT_DIR
+
+from infrarsi.contract.checks import enforce
+from infrarsi.core.errors import PatchError, SpecError
+from infrarsi.core.ledger import Ledger
+from infrarsi.core.spec_load import load_spec
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.inprocess_pool import InProcessPool
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
 from infrarsi.stages.apply import run_apply
 from infrarsi.stages.doctor import run_doctor
-from infrarsi.stages.evidence import finalist_plan
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.verify import run_verification
-from infrarsi.trial import Outcome, Role
+from infrarsi.stages.run.evidence import finalist_plan
+from infrarsi.stages.run.verify import run_verification
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
 ARGV = ["train.py", "--flavour", "tiny", "--seq-len", "{seq_len}", "--global-batch-tokens",
         "{global_batch_tokens}", "--steps", "{num_steps}", "--seed", "{seed}", "--threads", "1"]

@@ -3,11 +3,11 @@ replay cheat fast and makes it a finalist, verification's canary seed rejects it
 nothing a cheat touches is promoted or staged."""
 
 import pytest
-
 from adversarial_cheats import replay_cheat, train_cheat
-from infrarsi.ledger import Ledger
-from infrarsi.workspace import CampaignDir
 from test_adversarial import reference_run, write_spec
+
+from infrarsi.core.ledger import Ledger
+from infrarsi.core.workspace import CampaignDir
 
 
 @pytest.mark.slow
@@ -19,7 +19,7 @@ def test_a_campaign_with_cheats_never_promotes_one(tmp_path, ray_session, prefec
     # write_spec ends in the [budget] table: add the search budget and a proposer.
     spec.write_text(spec.read_text() + 'num_trials = 5\n[search]\nproposer = "random"\n')
     from flows.campaign import campaign as campaign_flow
-    from infrarsi.options import CampaignOptions
+    from infrarsi.core.options import CampaignOptions
 
     summary = campaign_flow(CampaignOptions(spec=str(spec), out=str(tmp_path / "out")))
     cdir = CampaignDir(tmp_path / "out" / summary["campaign_id"])

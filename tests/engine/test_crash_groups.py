@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from infrarsi.core.knobs import Knob, KnobSpace
+from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.engine.crash_model import CrashModel, knob_predicates
 from infrarsi.engine.encoding import Encoding
-from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.proposers import SearchContext, make_proposer
-from infrarsi.trial import Outcome, Role, TrialResult
 
 SPACE = KnobSpace(knobs=(Knob(name="ep", values=(1, 2, 4, 8)), Knob(name="compile", values=(False, True)),
                          Knob(name="recompute", values=("none", "selective", "full"))))

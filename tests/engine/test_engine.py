@@ -6,16 +6,16 @@ import json
 import math
 
 import numpy as np
+from synthetic_problem import BASELINE, CAPACITY_BYTES, SPACE, SyntheticProblem
 
+from infrarsi.core.knobs import Knob, KnobSpace
+from infrarsi.core.priors import UNINFORMED_LOG_STD
+from infrarsi.core.trial import Role
 from infrarsi.engine.builtin_priors import builtin_priors, level
 from infrarsi.engine.encoding import Encoding
 from infrarsi.engine.memory_components import memory_components, part_levels
 from infrarsi.engine.memory_model import MemoryModel
-from infrarsi.priors import UNINFORMED_LOG_STD
-from infrarsi.knobs import Knob, KnobSpace
 from infrarsi.proposers import SearchContext, make_proposer
-from infrarsi.trial import Role
-from synthetic_problem import BASELINE, CAPACITY_BYTES, SPACE, SyntheticProblem
 
 
 def run_campaign(name: str, seed: int, budget: int = 120, experience=()):
@@ -121,8 +121,8 @@ def test_cpu_priors_expect_a_small_activation_share_and_no_sdpa_gain():
     """A CPU trainer's peak is mostly the runtime, and fused attention has no HBM traffic to
     save there: the CPU table must not rule out large micro-batches or favour sdpa, while
     the accelerator table keeps both."""
-    from infrarsi.testing import WIDE_BASELINE as baseline
-    from infrarsi.testing import WIDE_KNOBS, knob_space
+    from tiny_gpt import WIDE_BASELINE as baseline
+    from tiny_gpt import WIDE_KNOBS, knob_space
 
     space = knob_space(WIDE_KNOBS)
     enc = Encoding(space, baseline)

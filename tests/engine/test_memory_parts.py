@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 
+from infrarsi.core.knobs import Constraint, Knob, KnobSpace
+from infrarsi.core.priors import Priors, SettingPrior
 from infrarsi.engine.builtin_priors import builtin_priors
 from infrarsi.engine.encoding import Encoding
 from infrarsi.engine.memory_components import memory_components, zero_bytes_per_param
 from infrarsi.engine.memory_model import EXACT, MemoryModel
-from infrarsi.knobs import Constraint, Knob, KnobSpace
-from infrarsi.priors import Priors, SettingPrior
 
 GIB = 2**30
 SPACE = KnobSpace(knobs=(Knob(name="micro_batch", values=(1, 2, 4, 8)),

@@ -6,16 +6,24 @@ import math
 
 import numpy as np
 import pytest
+from synthetic_problem import (
+    BASELINE,
+    CRASH_PAIR,
+    INTERACTION,
+    MEMORY,
+    SPACE,
+    TIME,
+    SyntheticProblem,
+)
 
+from infrarsi.core.knobs import Knob, KnobSpace
+from infrarsi.core.priors import Priors, SettingPrior
+from infrarsi.core.trial import Outcome
 from infrarsi.engine.crash_model import CrashModel
 from infrarsi.engine.encoding import Encoding
 from infrarsi.engine.memory_model import AT_LEAST, EXACT, MemoryModel
 from infrarsi.engine.revision import miscalibrated, revise_priors
 from infrarsi.engine.time_model import TimeModel
-from infrarsi.knobs import Knob, KnobSpace
-from infrarsi.priors import Priors, SettingPrior
-from infrarsi.trial import Outcome
-from synthetic_problem import BASELINE, CRASH_PAIR, INTERACTION, MEMORY, SPACE, TIME, SyntheticProblem
 
 ENC = Encoding(SPACE, BASELINE)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from infrarsi.engine.selection import SettingEffects, pair_with_savers, pick_diverse
-from infrarsi.knobs import Knob, KnobSpace
 from scipy import special
+
+from infrarsi.core.knobs import Knob, KnobSpace
+from infrarsi.engine.selection import SettingEffects, pair_with_savers, pick_diverse
 
 SPACE = KnobSpace(knobs=(
     Knob(name="micro_batch", values=(1, 8)),
@@ -91,8 +91,8 @@ def test_start_sources_take_turns_when_asked_one_at_a_time():
 def test_space_filling_start_keeps_away_from_the_prior_pick_of_its_own_batch():
     """On two-level knobs the config farthest from the baseline flips every knob; when the
     prior-best pick of the same batch flips them all too, the fill must not repeat it."""
+    from infrarsi.core.knobs import Knob, KnobSpace
     from infrarsi.engine.start import diverse_start
-    from infrarsi.knobs import Knob, KnobSpace
 
     space = KnobSpace(knobs=tuple(Knob(name=f"k{i}", values=("off", "on")) for i in range(4)))
     x = space.feasible_index_matrix

@@ -2,10 +2,10 @@
 
 import pytest
 
+from infrarsi.core.trial import Role, TrialResult
 from infrarsi.proposers import SearchContext, make_proposer
-from infrarsi.proposers.engine import warm_start_configs
+from infrarsi.proposers.engine_proposer import warm_start_configs
 from infrarsi.sim import sim_workload, simulate_trial
-from infrarsi.trial import Role, TrialResult
 
 
 def _result(name, cfg, seed, index, role=Role.SEARCH):

@@ -7,7 +7,7 @@ import json
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-from infrarsi.integrations.hf import InfrarsiCallback
+from infrarsi.job.hf import InfrarsiCallback
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=6)

@@ -8,7 +8,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from infrarsi.integrations.lightning import InfrarsiCallback
+from infrarsi.job.lightning import InfrarsiCallback
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=5)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from infrarsi.inprocess_pool import InProcessPool
-from infrarsi.patches import make_diff
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.harness.inprocess_pool import InProcessPool
+from infrarsi.patches.patch import make_diff
 from infrarsi.stages.init import init_campaign
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
 JOB_DIR = Path(__file__).resolve().parent / "job"
 BASELINE = {"micro_batch": 4, "precision": "fp32", "threads": 1}

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.inprocess_pool import InProcessPool
-from infrarsi.loss_calibration import canary_loss_check, canary_split_runner
-from infrarsi.runtime import CampaignRuntime, RuntimeSettings
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.harness.inprocess_pool import InProcessPool
+from infrarsi.stages.calibration import canary_loss_check, canary_split_runner
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.verify import canary_seed
-from infrarsi.trial import Outcome, Role
+from infrarsi.stages.run.verify import canary_seed
+from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_workload.py"
 
@@ -92,8 +92,8 @@ def test_the_seeds_spread_is_measured_after_a_patch_joined_the_space(campaign):
     """A patch accepted during the run is a knob doctor's baseline lacks, and constraints
     name it (the default campaign once stopped here with a KeyError). Runs last: it grows
     the module's space."""
-    from infrarsi.patches import Patch, make_diff
-    from infrarsi.stages.patching import _grow
+    from infrarsi.patches.patch import Patch, make_diff
+    from infrarsi.stages.run.patching import _grow
 
     rt, doctor = campaign
     source = (Path(rt.contract.workdir) / "fake_workload.py").read_text()

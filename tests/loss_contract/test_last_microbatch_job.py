@@ -11,12 +11,12 @@ splits and catches a job that trains fewer steps than it reports.
 from __future__ import annotations
 
 import pytest
-
-from infrarsi.checks import enforce
-from infrarsi.errors import ContractError
-from infrarsi.stages.doctor import run_doctor
-from infrarsi.trial import Outcome, Role
 from last_microbatch import BASELINE, CHEATS, HONEST, cheat_patch, runtime
+
+from infrarsi.contract.checks import enforce
+from infrarsi.core.errors import ContractError
+from infrarsi.core.trial import Outcome, Role
+from infrarsi.stages.doctor import run_doctor
 
 
 def _run(rt, doctor, config):

@@ -4,13 +4,19 @@ statistics, the signals and the class-aware choice of reference."""
 from __future__ import annotations
 
 import pytest
+from tiny_gpt import knob_space
 
-from infrarsi.checks import Deviation, LossReference, contract_problems
-from infrarsi.loss_contract import ClassReference, LossContract
-from infrarsi.numerics import changing_knobs, class_of, default_numerics, feasible_classes
-from infrarsi.spec import ContractSpec, KnobSpec
-from infrarsi.testing import knob_space
-from infrarsi.trial import Outcome, Role, TrialResult
+from infrarsi.contract.checks import contract_problems
+from infrarsi.contract.loss_contract import ClassReference, LossContract
+from infrarsi.contract.loss_reference import Deviation, LossReference
+from infrarsi.contract.numerics import (
+    changing_knobs,
+    class_of,
+    default_numerics,
+    feasible_classes,
+)
+from infrarsi.core.spec import ContractSpec, KnobSpec
+from infrarsi.core.trial import Outcome, Role, TrialResult
 
 CONTRACT = ContractSpec(seq_len=8, global_batch_tokens=64, num_steps=6, warmup_steps=1, editable=["*"],
                         locked=["*"])

@@ -1,5 +1,5 @@
+from infrarsi.core.trial import Outcome, is_out_of_memory
 from infrarsi.sim import sim_workload, simulate_trial
-from infrarsi.trial import Outcome, is_out_of_memory
 
 W = "dense-9b-h100"
 

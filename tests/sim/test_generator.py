@@ -1,11 +1,17 @@
 """Generated benchmark jobs: fixed, disjoint splits of runnable, varied jobs."""
 
+from infrarsi.core.trial import Outcome
 from infrarsi.sim import oracle, sim_workload, simulate_trial
-from infrarsi.sim.generator import (DEVELOPMENT_SEEDS, EXTRA_DEVELOPMENT_SEEDS, HELD_OUT_SEEDS, MIN_BASELINE_MFU,
-                                    STYLES, split_names)
 from infrarsi.sim.cost import estimate
+from infrarsi.sim.generator import (
+    DEVELOPMENT_SEEDS,
+    EXTRA_DEVELOPMENT_SEEDS,
+    HELD_OUT_SEEDS,
+    MIN_BASELINE_MFU,
+    STYLES,
+    split_names,
+)
 from infrarsi.sim.job import columns
-from infrarsi.trial import Outcome
 
 
 def test_splits_are_fixed_disjoint_and_large_enough():

@@ -14,7 +14,6 @@ import sys
 import time
 
 import torch
-
 from data import VOCAB, global_batch, held_out
 
 

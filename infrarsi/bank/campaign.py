@@ -1,0 +1,113 @@
+"""A campaign folder to and from the experience bank: its features, its record, and the
+experience a new campaign reads."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from infrarsi.bank.records import BankStore, CampaignRecord
+from infrarsi.bank.similarity import Experience, nearest, nearest_records
+from infrarsi.contract.freeze import Contract
+from infrarsi.core.ledger import Ledger
+from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.core.workspace import CampaignDir
+
+__all__ = ["campaign_features", "campaign_record", "experience_for", "record_campaign", "sim_features"]
+
+
+def sim_features(workload_name: str) -> tuple[dict, dict]:
+    """(hardware, workload) features of a simulator workload."""
+    from infrarsi.sim import sim_workload
+
+    job = sim_workload(workload_name).job
+    hw = {"gpu": job.hw.name, "num_devices": job.num_gpus, "memory_bytes": job.hw.memory_bytes, "cpu": None}
+    wl = {"num_params": job.model.num_params, "num_layers": job.model.num_layers, "seq_len": job.seq_len,
+          "moe": job.model.is_moe, "tokens_per_step": job.tokens_per_step}
+    return hw, wl
+
+
+def campaign_features(contract: Contract, trials: list[TrialResult]) -> tuple[dict, dict]:
+    """(hardware, workload) features. A process job's parameter count and flavour come from
+    the start event its trials logged (dense or MoE: whether the flavour's name says moe);
+    its layer count is not known (None)."""
+    spec = contract.spec
+    if spec.backend == "sim":
+        return sim_features(contract.extra["sim_workload"])
+    res, fp = spec.resources, dict(contract.hardware)
+    gpus = list(fp.get("gpus") or [])
+    hw = {"gpu": gpus[0] if gpus and res.gpus_per_trial else None,
+          "num_devices": res.gpus_per_trial or res.cpus_per_trial,
+          "memory_bytes": int(spec.device.memory_capacity), "cpu": fp.get("cpu")}
+    start = next((r.extra.get("start") for r in trials if r.extra.get("start")), None) or {}
+    wl = {"num_params": start.get("num_params"), "num_layers": start.get("num_layers"), "seq_len": spec.contract.seq_len,
+          "moe": "moe" in str(start.get("flavour", "")).lower(), "tokens_per_step": spec.contract.global_batch_tokens}
+    return hw, wl
+
+
+def experience_for(bank: BankStore, rt: Any) -> Experience:
+    """What the bank's nearest past campaigns offer the campaign of runtime ``rt``."""
+    hw, wl = campaign_features(rt.contract, rt.ledger.trials())
+    past = nearest_records(bank, hardware=hw, workload=wl, exclude=rt.contract.campaign_id)
+    return nearest(past, hardware=hw, workload=wl, space=rt.space,
+                   baseline=rt.space.validate(rt.spec.baseline), exclude=rt.contract.campaign_id)
+
+
+def _patch_effects(trials: list[TrialResult], knob: str) -> float | None:
+    """Mean log(step time with / without) over ok pairs that differ only in ``knob``."""
+    ok = [r for r in trials if r.outcome is Outcome.OK]
+    without = {tuple(sorted((k, v) for k, v in r.config.items() if k != knob and v is not False)): r
+               for r in ok if not r.config.get(knob)}
+    logs = []
+    for r in ok:
+        if r.config.get(knob) is True:
+            key = tuple(sorted((k, v) for k, v in r.config.items() if k != knob and v is not False))
+            if key in without:
+                logs.append(math.log(r.step_time_s / without[key].step_time_s))
+    return sum(logs) / len(logs) if logs else None
+
+
+def campaign_record(cdir: CampaignDir) -> CampaignRecord:
+    """The bank's record of a finished campaign folder."""
+    contract = Contract.from_json(cdir.read_json(cdir.contract))
+    ledger = Ledger(cdir.ledger)
+    trials = [r for r in ledger.trials() if not r.extra.get("retried")]
+    hw, wl = campaign_features(contract, trials)
+    search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
+    describe = search.get("describe") or {}
+    doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else {}
+    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else {}
+    measured = list(trials)
+    if doctor and not any(r.role is Role.DOCTOR for r in trials):  # doctor came from the cache
+        measured.append(TrialResult(trial_id="doctor", config=dict(doctor["baseline"]), role=Role.DOCTOR,
+                                    outcome=Outcome.OK, step_time_s=doctor["step_time_s"]))
+    patches = []
+    for e in ledger.events():
+        if e["kind"] == "patch_accepted":
+            patches.append({"name": e["name"], "source": e.get("source", ""), "accepted": True, "reason": None,
+                            "patch": e["patch"], "log_time_effect": _patch_effects(measured, e["knob"])})
+        elif e["kind"] in ("patch_refused", "patch_retired"):
+            patches.append({"name": e["name"], "source": e.get("source", ""), "accepted": False,
+                            "reason": ("violated the contract: " if e["kind"] == "patch_retired" else "")
+                            + str(e.get("reason")), "patch": None, "log_time_effect": None})
+    effects = tuple({"knob": p["knob"], "value": p["value"], "log_time_effect": p["log_time_effect"],
+                     "log_time_sd": p["log_time_sd"], "log_memory_effect": p["log_memory_effect"],
+                     "log_memory_sd": p["log_memory_sd"]} for p in describe.get("memory_prices") or ())
+    winners = [v for v in verification.get("verdicts", ()) if v.get("promoted")]
+    promoted = max(winners, key=lambda v: v["speedup"])["config"] if winners else None
+    return CampaignRecord(
+        id=contract.campaign_id, name=contract.spec.name, backend=contract.spec.backend,
+        proposer=search.get("proposer", contract.spec.search.proposer), hardware=hw, workload=wl,
+        baseline=dict(contract.spec.space.validate(contract.spec.baseline)),
+        baseline_step_time_s=doctor.get("step_time_s"),
+        trials=tuple(r for r in measured if r.role in (Role.DOCTOR, Role.SEARCH)), effects=effects,
+        prior_revision=describe.get("prior_revision"), promoted=promoted, patches=tuple(patches))
+
+
+def record_campaign(bank: BankStore | None, cdir: CampaignDir) -> str | None:
+    """Store the finished campaign of ``cdir``; its id, or None with the bank off."""
+    if bank is None:
+        return None
+    rec = campaign_record(cdir)
+    bank.add(rec)
+    return rec.id

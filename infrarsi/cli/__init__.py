@@ -1,0 +1,1 @@
+"""The ``infrarsi`` command: campaign, init, report, bank and compare."""

@@ -1,0 +1,248 @@
+"""The ``infrarsi`` command: ``campaign`` runs the Prefect flow, ``report`` rebuilds a report,
+``compare`` puts the campaigns of an MLflow store side by side, ``bank`` lists, shows or
+forgets the experience bank's campaigns."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import typing
+from pathlib import Path
+
+from infrarsi.cli import bank as bank_cli
+from infrarsi.core.errors import InfrarsiError
+from infrarsi.core.options import CampaignOptions
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    """One flag per field of CampaignOptions (``spec`` is the positional argument), with
+    the field's description as its help: the CLI and the flow take the same options."""
+    for name, field in CampaignOptions.model_fields.items():
+        help_text = field.description
+        if name == "spec":
+            parser.add_argument("spec", nargs="?", help=help_text)
+            continue
+        flag = "--" + name.replace("_", "-")
+        annotation = typing.get_args(field.annotation) or (field.annotation,)
+        kinds = [a for a in annotation if a is not type(None)]
+        if kinds == [bool]:
+            parser.add_argument(flag, action="store_true", help=help_text)
+        elif typing.get_origin(kinds[0]) is typing.Literal:
+            parser.add_argument(flag, choices=typing.get_args(kinds[0]), help=help_text)
+        else:
+            parser.add_argument(flag, type=kinds[0], metavar=name.upper(), help=help_text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="infrarsi", description="Make a working training job faster "
+                                "without changing what it trains.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("campaign", help="run a campaign: init -> doctor -> run -> report -> apply")
+    _add_options(c)
+    c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--no-bank", action="store_true", help="neither read nor write the experience bank (--bank off)")
+    i = sub.add_parser("init", help="write a starting spec from the command that launches your job",
+                       usage="infrarsi init [-o SPEC] [--no-dry-run] -- python train.py --batch_size=12 ...")
+    i.add_argument("-o", "--output", default="campaign.toml", help="spec to write (default: ./campaign.toml)")
+    i.add_argument("--name", help="campaign name (default: the script's name)")
+    i.add_argument("--no-dry-run", action="store_true", help="do not run the job to guess its log lines")
+    i.add_argument("--dry-run-timeout", type=float, default=120.0, help="seconds the dry run may take")
+    i.add_argument("--force", action="store_true", help="overwrite an existing spec")
+    i.add_argument("job", nargs=argparse.REMAINDER, help="the launch command, after --")
+    r = sub.add_parser("report", help="rebuild the report of a campaign folder")
+    r.add_argument("dir")
+    r.add_argument("--json", action="store_true")
+    bank_cli.add_parser(sub)
+    m = sub.add_parser("compare", help="compare the campaigns of an MLflow store: one table, one plot")
+    m.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else the machine's "
+                                          "shared store in the infrarsi data folder)")
+    m.add_argument("--job", help="only campaigns of this job (spec name)")
+    m.add_argument("--hardware", help="only campaigns whose hardware hash or description contains this")
+    m.add_argument("--plot", default="compare.png", help="where the best-so-far plot goes (default: %(default)s)")
+    m.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    return p
+
+
+def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
+    """(the most trials a campaign with ``options`` can run, trials already recorded), for the bar."""
+    from infrarsi.core.ledger import Ledger
+    from infrarsi.core.spec_load import load_spec
+    from infrarsi.stages.budget import trial_cap
+    from infrarsi.stages.init import builtin_spec_path, git_spec, load_campaign
+
+    if options.resume:
+        contract, cdir = load_campaign(Path(options.resume))
+        spec, done = contract.spec, len({t.trial_id for t in Ledger(cdir.ledger).trials()})
+        remembered = cdir.read_json(cdir.options) if cdir.options.exists() else {}
+        budget = options.budget or remembered.get("budget") or spec.budget.num_trials
+    elif options.spec and git_spec(options.spec):
+        return 0, 0  # cloned by init: not known yet
+    else:
+        spec, done = load_spec(options.spec or builtin_spec_path()), 0  # fails fast, before Prefect or Ray
+        budget = options.budget or spec.budget.num_trials
+    return trial_cap(spec, budget), done
+
+
+def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:
+    """A new campaign from a local spec gets its id here, so its log has a folder from the start."""
+    from infrarsi.core.spec_load import load_spec
+    from infrarsi.stages.init import builtin_spec_path, git_spec, new_campaign_id
+
+    if options.resume or options.campaign_id or (options.spec and git_spec(options.spec)):
+        return options
+    return options.model_copy(update={"campaign_id": new_campaign_id(load_spec(options.spec or builtin_spec_path()))})
+
+
+def _log_path(options: CampaignOptions) -> Path:
+    """The campaign folder's prefect.log (the out folder's, for a spec cloned from git)."""
+    from infrarsi.core.workspace import default_campaigns_dir
+
+    if options.resume:
+        return Path(options.resume) / "prefect.log"
+    out = Path(options.out) if options.out else default_campaigns_dir()
+    return out / (options.campaign_id or "") / "prefect.log"
+
+
+@contextlib.contextmanager
+def _console_logs_to(path: Path):
+    """While the flow runs, what Prefect would print on the console (run logs, a failed
+    stage's traceback) goes to ``path``; the CLI prints the error's message itself."""
+    import logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    consoles = [h for h in logging.root.handlers if isinstance(h, logging.StreamHandler)
+                and not isinstance(h, logging.FileHandler)]
+    for h in consoles:
+        logging.root.removeHandler(h)
+    logging.root.addHandler(handler)
+    try:
+        yield
+    finally:
+        logging.root.removeHandler(handler)
+        handler.close()
+        for h in consoles:
+            logging.root.addHandler(h)
+
+
+def _campaign(args: argparse.Namespace) -> dict:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    options = CampaignOptions.parse({**{k: getattr(args, k) for k in CampaignOptions.model_fields},
+                                     **({"bank": "off"} if args.no_bank else {})})
+    total, done = _expected_trials(options)
+    from flows.campaign import campaign
+
+    options = _with_campaign_id(options)
+    log_path = _log_path(options)
+    try:
+        with _console_logs_to(log_path):
+            return _run_flow(campaign, options, args.no_progress, total, done)
+    except InfrarsiError as exc:
+        exc.add_note(f"(the stage's traceback is in {log_path})")
+        raise
+
+
+def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int, done: int) -> dict:
+    from infrarsi.core import progress
+
+    if no_progress:
+        return campaign(options)
+    from tqdm import tqdm
+
+    bar = tqdm(total=total or None, initial=done, unit="trial", desc="trials", file=sys.stderr, dynamic_ncols=True)
+
+    def on_result(result) -> None:  # called by the runtime for every recorded attempt
+        if not result.extra.get("retried"):  # a re-measured trial is one trial
+            bar.update(1)
+        bar.set_postfix_str(f"{result.role.value} {result.outcome.value}")
+
+    unsubscribe = progress.subscribe(on_result)
+    try:
+        return campaign(options)
+    finally:
+        unsubscribe()
+        bar.total = bar.n  # what ran: at most the cap, fewer when verification decided early
+        bar.refresh()
+        bar.close()
+
+
+def _init(args: argparse.Namespace) -> int:
+    from infrarsi.cli.init_command import init_spec
+
+    job = args.job[1:] if args.job[:1] == ["--"] else args.job
+    path = init_spec(job, cwd=Path.cwd(), out_path=Path(args.output), name=args.name, force=args.force,
+                     run_job=not args.no_dry_run, dry_run_timeout_s=args.dry_run_timeout)
+    print(f"wrote {path}: check the lines marked CONFIRM, then run: infrarsi campaign {args.output}")
+    return 0
+
+
+def _print_summary(summary: dict, as_json: bool) -> None:
+    if summary.get("verified_speedup"):
+        lo, hi = summary["speedup_ci"]
+        what = "end to end" if summary.get("end_to_end_speedup") is not None else "per step"
+        print(f"verified speedup {summary['verified_speedup']:.2f}x {what} (90% CI {lo:.2f}-{hi:.2f}); "
+              f"branch {summary['branch']}")
+        if summary.get("end_to_end_speedup") is not None:
+            print(f"per step {summary['step_speedup']:.2f}x; job of {summary['job_steps']:,.0f} steps")
+        for c in summary.get("promoted_changes") or []:
+            share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
+            print(f"  {c['knob']}: {c['from']} -> {c['to']}, contributes {share}")
+        for c in summary.get("dropped_changes") or []:
+            print(f"  dropped {c['knob']}={c['to']}: did not pay")
+    else:
+        print("no candidate passed verification; the baseline stands")
+    if summary.get("canary_effective") is False:
+        print(summary["canary_note"])
+    if summary.get("noise_estimate_weak"):
+        print("warning: doctor's noise estimate is weak (too few baseline runs)")
+    if summary.get("campaign_wall_s") is not None:
+        print(f"campaign wall time {summary['campaign_wall_s']:.0f} s")
+    print(f"trials by outcome {summary['trials_by_outcome']}; failed-trial seconds {summary['failed_trial_seconds']}")
+    print(f"report: {summary['report']}")
+    if as_json:
+        print(json.dumps(summary, sort_keys=True))
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from infrarsi.cli.compare import compare, format_table
+    from infrarsi.core.workspace import default_tracking_uri
+
+    rows, plot = compare(args.tracking_uri or default_tracking_uri(), job=args.job, hardware=args.hardware,
+                         plot_path=Path(args.plot))
+    if args.json:
+        print(json.dumps({"campaigns": rows, "plot": str(plot) if plot else None}, sort_keys=True, default=str))
+    else:
+        print(format_table(rows))
+        print(f"plot: {plot}" if plot else "plot: none (no campaign has an ok search trial)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "bank":
+            return bank_cli.run(args)
+        if args.command == "init":
+            return _init(args)
+        if args.command == "compare":
+            return _compare(args)
+        if args.command == "campaign":
+            summary = _campaign(args)
+        else:
+            from infrarsi.core.workspace import CampaignDir
+            from infrarsi.stages.report.report import build_report, summarize
+
+            build_report(args.dir)
+            summary = summarize(CampaignDir(Path(args.dir).resolve()))
+    except InfrarsiError as exc:
+        print(" ".join([f"infrarsi: error: {exc}", *getattr(exc, "__notes__", [])]), file=sys.stderr)
+        return 2
+    _print_summary(summary, args.json)
+    return 0
+

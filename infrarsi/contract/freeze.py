@@ -1,0 +1,73 @@
+"""The locked task contract: what no candidate may change, frozen and hashed at init."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from infrarsi.core.errors import ContractError
+from infrarsi.core.files import sha256_file
+from infrarsi.core.spec import CampaignSpec
+from infrarsi.core.spec_load import parse_spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contract:
+    campaign_id: str
+    spec: CampaignSpec
+    spec_source: str
+    workdir: Path  # where trials run: the target repository or its snapshot
+    locked_hashes: Mapping[str, str]
+    editable_files: tuple[str, ...]
+    source_hash: str  # every editable and locked file: the workload's code as locked
+    hardware: Mapping[str, Any]
+    hardware_hash: str
+    created_at: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec_hash(self) -> str:
+        return hashlib.sha256(self.spec.model_dump_json().encode()).hexdigest()[:16]
+
+    @property
+    def contract_hash(self) -> str:
+        """What doctor's cache key needs: the workload as locked, not where it lives."""
+        blob = json.dumps({"spec": self.spec.model_dump(mode="json", exclude={"workload_dir", "budget", "search"}),
+                           "locked": dict(self.locked_hashes)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def changed_locked_files(self, root: Path | None = None) -> list[str]:
+        """Locked files that are missing or differ from their hash at init."""
+        root = Path(root or self.workdir)
+        changed = []
+        for rel, digest in self.locked_hashes.items():
+            path = root / rel
+            if not path.is_file() or sha256_file(path) != digest:
+                changed.append(rel)
+        return changed
+
+    def assert_locked_intact(self) -> None:
+        changed = self.changed_locked_files()
+        if changed:
+            raise ContractError(f"locked files changed outside any trial: {changed} in {self.workdir}; "
+                                "restore them (git checkout) or start a new campaign")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["spec"] = self.spec.model_dump(mode="json")
+        d["workdir"] = str(self.workdir)
+        d["spec_hash"], d["contract_hash"] = self.spec_hash, self.contract_hash
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Contract":
+        kw = {k: v for k, v in d.items() if k not in ("spec_hash", "contract_hash")}
+        spec_data = dict(kw["spec"])
+        base = Path(spec_data.pop("workload_dir"))
+        kw["spec"] = parse_spec({**spec_data, "workload_dir": "."}, source=kw["spec_source"], base_dir=base)
+        kw["workdir"] = Path(kw["workdir"])
+        kw["editable_files"] = tuple(kw["editable_files"])
+        return cls(**kw)

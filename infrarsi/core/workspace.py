@@ -1,0 +1,125 @@
+"""The campaign folder: where every stage writes what it produced.
+
+Each stage's output is one file here, written once; a resumed campaign finds what is
+already done by looking at these files and the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA_DIR_ENV = "INFRARSI_DATA_DIR"
+
+
+def data_dir() -> Path:
+    """Where campaigns and the shared MLflow store live by default: ``$INFRARSI_DATA_DIR``,
+    else ``$XDG_DATA_HOME/infrarsi``, else ``~/.local/share/infrarsi``."""
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV]).expanduser().resolve()
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg).expanduser().resolve() / "infrarsi"
+
+
+def default_campaigns_dir() -> Path:
+    return data_dir() / "campaigns"
+
+
+def default_tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI``, else one SQLite store per machine in the data folder, so
+    every campaign run here can be compared with every other."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{data_dir() / 'mlflow.db'}"
+
+
+@dataclass(frozen=True)
+class CampaignDir:
+    root: Path
+
+    @property
+    def contract(self) -> Path:
+        return self.root / "contract.json"
+
+    @property
+    def doctor(self) -> Path:
+        return self.root / "doctor.json"
+
+    @property
+    def search(self) -> Path:
+        return self.root / "search.json"
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "verify_plan.json"
+
+    @property
+    def verification(self) -> Path:
+        return self.root / "verification.json"
+
+    @property
+    def minimize(self) -> Path:
+        return self.root / "minimize.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def ledger(self) -> Path:
+        return self.root / "ledger.jsonl"
+
+    @property
+    def trials(self) -> Path:
+        return self.root / "trials"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.root / "repo"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    @property
+    def mlflow_spool(self) -> Path:
+        return self.root / "mlflow-spool.jsonl"
+
+    @property
+    def options(self) -> Path:
+        """The campaign's options as resolved at init (proposer, budget, tracking URI ...)."""
+        return self.root / "options.json"
+
+    @property
+    def priors(self) -> Path:
+        """The search priors as first obtained (an LLM is never asked twice)."""
+        return self.root / "priors.json"
+
+    @property
+    def tracking_uri(self) -> str:
+        """The MLflow store this campaign logs to: the one fixed at init, else the machine's."""
+        if self.options.exists():
+            uri = self.read_json(self.options).get("tracking_uri")
+            if uri:
+                return uri
+        return default_tracking_uri()
+
+    def write_json(self, path: Path, data: Any) -> None:
+        """Atomic: a campaign killed mid-write leaves the old file or the new one."""
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path)
+
+    def read_json(self, path: Path) -> Any:
+        return json.loads(path.read_text())

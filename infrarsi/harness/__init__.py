@@ -1,0 +1,2 @@
+"""Running one trial and measuring it: the launcher, the readers that stamp the job's output,
+the log adapter, device memory, multi-node trials, the machine's fingerprint."""

@@ -1,0 +1,99 @@
+"""How many trials a campaign may run, stage by stage: one cap that every stage respects.
+
+A *trial* is one config measured once: the attempts of a trial that a loaded machine made
+the harness measure again, or that a lost Ray actor cut short, are the same trial. The
+cap is ``budget.max_trials``; unset, it is what the protocol plans at most: doctor's
+baseline runs and calibration (every class reference and every honest split in each
+class), the search, and verification at its longest (``verify_pairs`` rounds of the
+baseline, a reference per numerics class, the finalists, a smaller config and one
+leave-one-out, plus one round's worth of the honest splits a canary check may need).
+Before each trial the runtime checks the cap (``TrialBudgetExhausted`` past it), the
+search stops early enough to leave verification ``verification_reserve`` trials, and
+verification plans its rounds within what is left. So the progress bar's total, the cap,
+is the most trials the campaign can run.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from infrarsi.contract.numerics import changing_knobs, class_of, feasible_classes
+from infrarsi.core.errors import InfrarsiError, SpecError
+from infrarsi.core.spec import CampaignSpec
+from infrarsi.core.trial import Role, TrialResult
+from infrarsi.stages.run.sequential import SequentialRule
+
+
+class TrialBudgetExhausted(InfrarsiError):
+    """A stage asked for a trial past ``budget.max_trials``."""
+
+
+def _classes_and_splits(spec: CampaignSpec) -> tuple[int, int]:
+    """(numerics classes other than the baseline's, honest splits in the baseline's numerics)."""
+    knobs = () if spec.backend == "sim" else changing_knobs(spec.knobs)
+    baseline = spec.space.validate(spec.baseline)
+    others = len([c for c in feasible_classes(spec.space, baseline, knobs) if c])
+    splits = sum(1 for v in spec.calibration if not class_of({**baseline, **v}, baseline, knobs))
+    return others, splits
+
+
+def doctor_trials(spec: CampaignSpec) -> int:
+    """The most trials doctor runs: baseline repeats, calibration variants, and per other
+    numerics class its reference and the honest splits in it."""
+    b = spec.budget
+    others, splits = _classes_and_splits(spec)
+    return max(b.doctor_repeats, b.doctor_max_repeats) + len(spec.calibration) + others * (1 + splits)
+
+
+def verification_reserve(spec: CampaignSpec) -> int:
+    """The trials verification needs to promote anything: the fewest pairs of the leader,
+    each round with its baseline run and a reference for the leader's numerics."""
+    others, _ = _classes_and_splits(spec)
+    return SequentialRule(max_pairs=spec.budget.verify_pairs).min_pairs * (2 + min(others, 1))
+
+
+def trial_cap(spec: CampaignSpec, num_trials: int) -> int:
+    """``budget.max_trials``, or the protocol's plan at most for ``num_trials`` search trials."""
+    if spec.budget.max_trials is not None:
+        return spec.budget.max_trials
+    b = spec.budget
+    others, splits = _classes_and_splits(spec)
+    arms = b.num_finalists + (2 if b.minimize_pairs else 0)
+    verify = b.verify_pairs * (1 + others + arms) + others * splits
+    return doctor_trials(spec) + num_trials + verify
+
+
+def search_trials(spec: CampaignSpec, num_trials: int, doctor_used: int) -> int:
+    """The search's share: ``num_trials``, less what the cap leaves after doctor's
+    ``doctor_used`` trials and verification's reserve."""
+    return max(0, min(num_trials, trial_cap(spec, num_trials) - doctor_used - verification_reserve(spec)))
+
+
+def check_cap(spec: CampaignSpec, num_trials: int) -> None:
+    """Refuse a cap that leaves no search trial after doctor and verification's reserve."""
+    cap, least = trial_cap(spec, num_trials), doctor_trials(spec) + verification_reserve(spec) + 1
+    if cap < least:
+        raise SpecError(f"budget.max_trials = {cap} leaves no search trial: doctor runs up to "
+                        f"{doctor_trials(spec)} trials and verification needs at least {verification_reserve(spec)}; "
+                        f"set max_trials to at least {least} (or fewer doctor_max_repeats / calibration variants)")
+
+
+STAGES = ("doctor", "search", "verification", "minimization")
+
+
+def stage_of(role: Role, job_seed: int | None) -> str:
+    """The stage that ran a trial of ``role``: calibration at a canary seed is verification's."""
+    if role in (Role.DOCTOR, Role.CALIBRATE):
+        return "doctor" if role is Role.DOCTOR or job_seed is None else "verification"
+    if role is Role.SEARCH:
+        return "search"
+    return "minimization" if role in (Role.MINIMIZE, Role.MINIMIZE_BASELINE) else "verification"
+
+
+def trials_by_stage(trials: Iterable[TrialResult]) -> dict[str, int]:
+    """Trials (final attempts) each stage ran."""
+    counts = dict.fromkeys(STAGES, 0)
+    for t in trials:
+        if not t.extra.get("retried"):
+            counts[stage_of(t.role, t.extra.get("job_seed"))] += 1
+    return counts

@@ -1,0 +1,265 @@
+"""doctor's half of the loss contract: measure each numerics class's reference and tolerance.
+
+- The baseline's own numerics: the tolerance is ``TOLERANCE_MARGIN`` times the largest
+  score (mean or trend of the relative deviation, ``loss_reference.Deviation``) of the repeated
+  baseline runs and of the calibration variants that keep the numerics (honest splits of
+  the global batch), never below ``contract.min_loss_tolerance``: near-exact where the job
+  is deterministic up to reordering.
+- Every other numerics class a feasible config can fall in (e.g. ``precision=bf16``):
+  the baseline run in that class is its reference. Its tolerance is ``TOLERANCE_MARGIN``
+  times the largest of the scores of the honest splits run in that class (every split of
+  the calibration) and of its reference against the baseline: one split alone is a poor
+  estimate of rounding noise (honest bf16 splits of one job scored 1e-4 to 7e-4), and a
+  precision change moves the loss about as far as its own noise does. Never below the
+  baseline class's tolerance.
+- The claim of ``contract.loss_signal`` is checked on the honest splits: a per-step loss
+  that moves by more than ``SPLIT_CLAIM_LIMIT`` under an honest split is not a function of
+  the global batch, and doctor stops with what to set instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from infrarsi.contract.checks import enforce
+from infrarsi.contract.loss_contract import ClassReference, LossContract
+from infrarsi.contract.loss_reference import LossReference
+from infrarsi.contract.numerics import (
+    NumericsClass,
+    changing_knobs,
+    class_config,
+    class_of,
+    describe,
+    feasible_classes,
+)
+from infrarsi.core.errors import ContractError
+from infrarsi.core.knobs import Config
+from infrarsi.core.spec import ContractSpec
+from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.stages.budget import TrialBudgetExhausted
+from infrarsi.stages.runtime import CampaignRuntime
+
+# An honest run's score, times this, is the tolerance: candidates run once, so the bound
+# must sit clearly above what legitimate changes do.
+TOLERANCE_MARGIN = 2.0
+# An honest split that moves the compared signal by more than this means the signal is not
+# a deterministic function of the global batch (a job reporting its last micro-batch's
+# loss moved 3-9% per step); below it, the split's own reordering noise is what it shows.
+SPLIT_CLAIM_LIMIT = 0.01
+MAX_CLASSES = 8  # numerics classes doctor measures a reference for
+
+
+def _score(ref: TrialResult, run: TrialResult, signal: str, window: int) -> float:
+    reference = LossReference(losses=ref.losses, eval_losses=ref.eval_losses, tolerance=float("inf"),
+                              signal=signal, window=window)
+    return reference.compare(run.losses, run.eval_losses).score
+
+
+def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[tuple, TrialResult] | None = None,
+                   ) -> tuple[LossContract, list[dict[str, Any]]]:
+    """The loss contract and the calibration table (one row per run doctor compared).
+    ``recorded``: calibration runs already in the ledger, by sorted config items (a resumed
+    doctor reuses them instead of running them again)."""
+    recorded = recorded or {}
+
+    def _run(rt: CampaignRuntime, config: Config) -> TrialResult:
+        key = tuple(sorted(rt.space.validate(config).items()))
+        if key not in recorded:
+            recorded[key] = rt.run_one(config, Role.CALIBRATE, check=lambda t: enforce(t, rt.spec.contract, None))
+        return recorded[key]
+
+    spec, contract = rt.spec, rt.spec.contract
+    signal, window = contract.loss_signal, contract.loss_window
+    baseline = rt.space.validate(spec.baseline)
+    knobs = () if spec.backend == "sim" else changing_knobs(spec.knobs)
+    base = runs[0]
+    if signal == "eval" and not base.eval_losses and spec.backend != "sim":
+        raise ContractError("contract.loss_signal = \"eval\" but the baseline reported no eval losses; make the "
+                            "job report `eval` events (eval_loss), or choose loss_signal \"step\" or \"window\"")
+    legacy = LossReference(losses=base.losses, tolerance=float("inf"))
+    scores = [_score(base, r, signal, window) for r in runs]
+    rows: list[dict[str, Any]] = [{"config": "baseline repeats", "class": describe(()),
+                                   "deviation": max(abs(legacy.deviation(r.losses)[0]) for r in runs),
+                                   "score": max(scores)}]
+    splits: list[tuple[dict, float]] = []  # honest splits in the baseline's numerics
+    class_runs: dict[NumericsClass, TrialResult] = {}
+    warnings: list[str] | None = None
+    # Splits first: a refuted signal claim stops doctor before the other numerics run.
+    for variant in sorted(spec.calibration, key=lambda v: bool(class_of({**baseline, **v}, baseline, knobs))):
+        cfg = {**baseline, **variant}
+        cls = class_of(cfg, baseline, knobs)
+        if cls and warnings is None:
+            warnings = _check_claim(signal, window, splits)
+        r = _run(rt, cfg)
+        ok = r.outcome is Outcome.OK
+        score = _score(base, r, signal, window) if ok else None
+        rows.append({"config": variant, "class": describe(cls), "outcome": r.outcome.value, "trial_id": r.trial_id,
+                     "deviation": legacy.deviation(r.losses)[0] if ok else None, "score": score})
+        if ok and not cls:
+            splits.append((variant, score))
+        elif ok and cfg == class_config(baseline, cls):
+            class_runs[cls] = r
+    keeps_tol = max([contract.min_loss_tolerance] + [TOLERANCE_MARGIN * s for s in scores + [s for _, s in splits]])
+    warnings = _check_claim(signal, window, splits) if warnings is None else warnings
+    classes = [ClassReference(settings=(), losses=base.losses, eval_losses=base.eval_losses, tolerance=keeps_tol,
+                              trial_ids=tuple(r.trial_id for r in runs), honest_score=max(scores + [s for _, s in splits]))]
+    for cls in _classes(rt, baseline, knobs):
+        ref, row_list = _class_reference(rt, _run, cls, base, class_runs.get(cls), [v for v, _ in splits], keeps_tol)
+        classes.append(ref)
+        rows += row_list
+    if contract.loss_tolerance is not None:
+        classes = [dataclasses.replace(c, tolerance=contract.loss_tolerance) for c in classes]
+    return LossContract(signal=signal, window=window, baseline=baseline, changing_knobs=knobs,
+                        classes=tuple(classes), warnings=tuple(warnings), splits=tuple(v for v, _ in splits)), rows
+
+
+def _classes(rt: CampaignRuntime, baseline: Config, knobs: tuple[str, ...]) -> list[NumericsClass]:
+    classes = [c for c in feasible_classes(rt.space, baseline, knobs) if c]
+    if len(classes) > MAX_CLASSES:
+        raise ContractError(
+            f"the knobs that change the numerics ({list(knobs)}) make {len(classes)} numerics classes, each "
+            f"needing a reference run; at most {MAX_CLASSES} are measured. Narrow their values, or declare "
+            "a knob `numerics = \"keeps\"` where its values compute the same numbers")
+    return classes
+
+
+def _class_reference(rt: CampaignRuntime, run: Callable[[CampaignRuntime, Config], TrialResult], cls: NumericsClass,
+                     base: TrialResult, ref: TrialResult | None, split_variants: list[dict],
+                     keeps_tol: float) -> tuple[ClassReference, list[dict[str, Any]]]:
+    """Class ``cls``'s reference run (reused from the calibration variants where one is
+    it) and its tolerance, from the honest splits run in the same numerics."""
+    signal, window = rt.spec.contract.loss_signal, rt.spec.contract.loss_window
+    cfg = class_config(rt.space.validate(rt.spec.baseline), cls)
+    reused, ref = ref is not None, ref or run(rt, cfg)
+    ok = ref.outcome is Outcome.OK
+    scores = [_score(base, ref, signal, window)] if ok else []
+    rows = [] if reused else [{"config": dict(cls), "class": describe(cls), "outcome": ref.outcome.value,
+                               "trial_id": ref.trial_id, "deviation": None, "score": scores[0] if ok else None,
+                               "role": "class reference"}]
+    if not ok:
+        return ClassReference(settings=cls, losses=(), tolerance=keeps_tol, trial_ids=(ref.trial_id,),
+                              failure=f"{ref.outcome.value}: {ref.reason}"), rows
+    trial_ids = [ref.trial_id]
+    for variant in split_variants:
+        split_cfg = {**cfg, **variant}
+        if not rt.space.is_feasible(split_cfg):
+            continue
+        split = run(rt, split_cfg)
+        score = _score(ref, split, signal, window) if split.outcome is Outcome.OK else None
+        rows.append({"config": {**dict(cls), **variant}, "class": describe(cls), "outcome": split.outcome.value,
+                     "trial_id": split.trial_id, "deviation": None, "score": score, "role": "honest split in class"})
+        trial_ids.append(split.trial_id)
+        if score is not None:
+            scores.append(score)
+    return ClassReference(settings=cls, losses=ref.losses, eval_losses=ref.eval_losses,
+                          tolerance=max([keeps_tol] + [TOLERANCE_MARGIN * s for s in scores]),
+                          trial_ids=tuple(trial_ids), honest_score=max(scores)), rows
+
+
+def _check_claim(signal: str, window: int, splits: list[tuple[dict, float]]) -> list[str]:
+    """Whether the honest splits bear out the spec's loss signal; raises where they refute it."""
+    if not splits:
+        return [f"no calibration variant keeps the numerics (e.g. another micro-batch split), so the claim "
+                f"loss_signal = {signal!r} was not checked; add one to `calibration`"]
+    variant, worst = max(splits, key=lambda vs: vs[1])
+    if worst <= SPLIT_CLAIM_LIMIT:
+        return []
+    what = {"step": "the per-step loss", "window": f"the {window}-step mean loss", "eval": "the eval loss"}[signal]
+    message = (f"the honest split {variant} moved {what} by {worst:.2%} (mean or trend of the relative deviation; "
+               f"limit {SPLIT_CLAIM_LIMIT:.0%}), so it is not a deterministic function of the global batch")
+    if signal == "step":
+        raise ContractError(message + ". Set contract.loss_signal = \"window\" (a moving mean over "
+                            "contract.loss_window steps) or \"eval\" (the eval loss the job reports), "
+                            "e.g. for a job that reports its last micro-batch's loss")
+    if signal == "eval":
+        raise ContractError(message + ". An eval loss computed on fixed held-out data depends only on the "
+                            "weights: check that the job evaluates the same batches in every config")
+    return [message + "; the check cannot tell changes of that size from honest ones. A longer "
+            "contract.loss_window or loss_signal = \"eval\" compares more closely"]
+
+
+
+def canary_loss_check(contract: ContractSpec, loss_contract: LossContract, baseline_run: TrialResult, seed: int,
+                      configs: list[Config], run_reference: Callable[[Config], TrialResult],
+                      run_split: Callable[[Config], TrialResult | None] | None = None,
+                      ) -> Callable[[TrialResult], TrialResult]:
+    """The loss check at a canary seed: each candidate against a run of its own numerics
+    class's reference config at that seed (the baseline run for the baseline's numerics;
+    the others run here with ``run_reference``, once per class among ``configs``), at the
+    class's tolerance. Verification and minimization both use it.
+
+    How far an honest change moves the loss depends on the seed: at one canary seed of the
+    built-in debug job a loss spike amplified the honest splits' fp32 deviation from ~5e-8
+    to 1.5e-5, five times the tolerance calibrated at the contract seed. So a candidate
+    whose loss breaks the class's tolerance is judged again at this seed's own honest
+    spread: doctor's honest splits run here in its class (``run_split``, once per class
+    and seed, only when needed) and the tolerance rises to ``TOLERANCE_MARGIN`` times their
+    largest deviation from the reference run, never below the calibrated one."""
+    runs = {(): baseline_run}
+    for cfg in configs:
+        cls = loss_contract.class_of(cfg)
+        ref = loss_contract.reference_of(cls)
+        if cls not in runs and ref is not None and not ref.failure:
+            runs[cls] = run_reference(loss_contract.reference_config(cls))
+    spread: dict[NumericsClass, tuple[float, list[str]]] = {}
+
+    def seed_spread(cls: NumericsClass, ref_run: TrialResult) -> tuple[float, list[str]]:
+        """The largest deviation of the honest splits at this seed, and their trial ids."""
+        if cls not in spread:
+            found, ids = [], []
+            for variant in loss_contract.splits if run_split else ():
+                cfg = {**loss_contract.reference_config(cls), **variant}
+                r = run_split(cfg)  # None where the split is infeasible in this class
+                ids += [r.trial_id] if r else []
+                if r and r.outcome is Outcome.OK:
+                    found.append(_score(ref_run, r, loss_contract.signal, loss_contract.window))
+            spread[cls] = max(found, default=0.0), ids
+        return spread[cls]
+
+    def check(result: TrialResult) -> TrialResult:
+        cls = loss_contract.class_of(result.config)
+        ref_run = runs.get(cls)
+        if ref_run is None or ref_run.outcome is not Outcome.OK:
+            checked = enforce(result, contract, loss_contract if ref_run is None else None)
+            if ref_run is None or checked.outcome is not Outcome.OK or not cls:
+                return checked  # the baseline's own failure fails the pair in the verdict
+            return checked.replace(outcome=Outcome.CONTRACT_VIOLATION,
+                                   reason=f"its reference in {describe(cls)} failed at canary seed {seed} "
+                                          f"({ref_run.trial_id}): the loss could not be checked")
+        name = "the baseline" if not cls else f"the {describe(cls)} reference"
+        reference = loss_contract.reference(cls, ref_run.losses, ref_run.eval_losses,
+                                            f"{name} at canary seed {seed} ({ref_run.trial_id})")
+        checked = enforce(result, contract, reference)
+        if checked.outcome is not Outcome.CONTRACT_VIOLATION or not reference.problems(result):
+            return checked
+        worst, ids = seed_spread(cls, ref_run)
+        if TOLERANCE_MARGIN * worst <= reference.tolerance:
+            return checked
+        at_seed = dataclasses.replace(reference, tolerance=TOLERANCE_MARGIN * worst, name=(
+            f"{reference.name}, whose honest splits at this seed ({', '.join(ids)}) moved it by up to {worst:.2e}"))
+        again = enforce(result, contract, at_seed)
+        return again.replace(extra={**again.extra, "loss_tolerance_at_seed": at_seed.tolerance,
+                                    "seed_splits": ids})
+
+    return check
+
+
+def canary_split_runner(rt: CampaignRuntime, seed: int,
+                        run_trial: Callable[..., TrialResult] | None = None) -> Callable[[Config], TrialResult | None]:
+    """``canary_loss_check``'s ``run_split``: an honest split at a canary seed, recorded as
+    a calibration run (``run_trial(config, role, seed, check)``: verification's, which takes
+    a resumed campaign's recorded run back). None where the split is infeasible, or where
+    the campaign's trial cap allows no more trials (the calibrated tolerance then stands)."""
+    def run(cfg: Config) -> TrialResult | None:
+        # A patch accepted during the run is a knob the doctor's baseline lacks: it is off.
+        if not rt.space.is_feasible({**dict.fromkeys(rt.space.names, False), **cfg}):
+            return None
+        check = lambda t: enforce(t, rt.spec.contract, None)  # noqa: E731
+        try:
+            if run_trial is not None:
+                return run_trial(cfg, Role.CALIBRATE, seed, check)
+            return rt.run_one(cfg, Role.CALIBRATE, seed=seed, check=check)
+        except TrialBudgetExhausted:
+            return None
+    return run

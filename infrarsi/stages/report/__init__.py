@@ -1,0 +1,1 @@
+"""The report stage: the report and summary, promotion's account, MFU."""

@@ -1,0 +1,149 @@
+"""The report's account of what was promoted and why: per-step and end-to-end speedups,
+each promoted change's measured contribution, the noise estimate and whether the canary
+could check anything. Read from the campaign folder alone (verification.json,
+minimize.json, doctor.json), like the rest of the report."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from infrarsi.core.workspace import CampaignDir
+from infrarsi.stages.report.blocks import config_diff, table
+
+
+def _read(cdir: CampaignDir, path) -> Any:
+    return cdir.read_json(path) if path.exists() else None
+
+
+def final_verification(cdir: CampaignDir) -> dict | None:
+    """What stands promoted: minimization's final report where it ran, else verification's."""
+    minimize = _read(cdir, cdir.minimize)
+    return minimize["final"] if minimize else _read(cdir, cdir.verification)
+
+
+def promoted_verdict(verification: dict | None) -> dict | None:
+    winners = [v for v in (verification or {}).get("verdicts", []) if v["promoted"]]
+    return max(winners, key=lambda v: v["speedup"]) if winners else None
+
+
+def promotion_summary(cdir: CampaignDir) -> dict[str, Any]:
+    """Summary fields: the promoted verdict's speedups, its changes, the checks' standing."""
+    verification = final_verification(cdir)
+    minimize = _read(cdir, cdir.minimize) or {}
+    doctor = _read(cdir, cdir.doctor) or {}
+    v = promoted_verdict(verification)
+    job = v is not None and v.get("job_steps") is not None
+    return {
+        "step_speedup": v.get("step_speedup", v["speedup"]) if v else None,
+        "end_to_end_speedup": v["speedup"] if job else None,
+        "job_steps": minimize.get("job_steps") if minimize else (v or {}).get("job_steps"),
+        "promoted_changes": [_change(c) for c in minimize.get("contributions", []) if c["kept"]],
+        "dropped_changes": [_change(c) for c in minimize.get("contributions", []) if not c["kept"]],
+        "minimize_trials": minimize.get("num_trials", 0),
+        "canary_effective": (verification or {}).get("canary_effective"),
+        "canary_note": (verification or {}).get("canary_note", ""),
+        "noise_cv": (verification or {}).get("noise_floor", doctor.get("noise_cv")),
+        "noise_estimate_weak": (doctor.get("noise") or {}).get("weak"),
+    }
+
+
+def _change(c: dict) -> dict[str, Any]:
+    return {"knob": c["knob"], "from": c["baseline_value"], "to": c["value"], "contribution": c["contribution"],
+            "ci": [c["ci_low"], c["ci_high"]] if c["ci_low"] is not None else None, "inert": c["inert"],
+            "note": c["note"]}
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+def result_bullets(s: dict[str, Any]) -> list[str]:
+    """Under the headline speedup: per step and end to end, and the canary's standing."""
+    out = []
+    if s["verified_speedup"]:
+        if s["end_to_end_speedup"] is not None:
+            out.append(f"end to end over the declared job ({s['job_steps']:,.0f} steps, start-up included): "
+                       f"{_x(s['end_to_end_speedup'])}; per step: {_x(s['step_speedup'])}")
+        else:
+            out.append(f"per step: {_x(s['step_speedup'])} (no job length declared: start-up is not counted; "
+                       "set [objective] job_steps or job_hours to count it)")
+    if s["canary_effective"] is False:
+        out.append(f"**{s['canary_note']}**")
+    elif s["canary_effective"]:
+        out.append(f"canary check: {s['canary_note']}")
+    if s.get("campaign_wall_s") is not None:
+        out.append(f"campaign wall time {s['campaign_wall_s']:.0f} s")
+    return out
+
+
+def contribution_sections(cdir: CampaignDir) -> list[dict[str, Any]]:
+    """Each change of the verified winner: what it contributes, kept or dropped, and why
+    (one report section, none before minimization ran or when nothing was promoted)."""
+    minimize = _read(cdir, cdir.minimize)
+    if not minimize or not minimize["winner"]:
+        return []
+    rows = []
+    for c in minimize["contributions"]:
+        ci = f"{c['ci_low']:.3f} - {c['ci_high']:.3f}" if c["ci_low"] is not None else "-"
+        notes = [n for n in ("inert (calibration: no effect on loss or speed)" if c["inert"] else "", c["note"]) if n]
+        rows.append([c["knob"], f"{c['baseline_value']} -> {c['value']}", "kept" if c["kept"] else "dropped",
+                     _x(c["contribution"]), ci, _x(c["step_contribution"]), c.get("source", "measured"),
+                     "; ".join(notes) or "-"])
+    what = ("step time" if minimize["job_steps"] is None
+            else f"total time over the declared job ({minimize['job_steps']:,.0f} steps)")
+    text = (f"Each change of the verified winner: its contribution is the winner's {what} without it over "
+            f"with it (> 1: it pays), *predicted* by the time model fitted on every run at the contract seed "
+            f"(90% interval), or *measured* by leaving it out ({minimize['num_trials']} runs in verification's "
+            f"rounds, beside the winner and sharing its baseline runs, at canary seeds). A change within the "
+            f"noise floor ({minimize['noise_floor']:.3f}) does not pay; a change is dropped only when a config "
+            f"without it was measured within noise of the fastest. "
+            f"{minimize['note'][0].upper() + minimize['note'][1:]}.")
+    blocks = [{"text": text}]
+    if rows:
+        blocks.append(table(["knob", "change", "promoted", "contribution", "90% CI", "per step", "source", "note"],
+                           rows))
+    return [{"id": "changes", "title": "Promoted changes", "blocks": blocks}]
+
+
+def noise_bullets(doctor: dict, verification: dict | None) -> list[str]:
+    n = doctor.get("noise") or {}
+    if not n:
+        return [f"noise: CV {doctor['noise_cv']:.2%}, within-run CV {doctor['within_run_cv']:.2%}"]
+    out = [f"noise of one run's median step time {n['noise_cv']:.2%}: the larger of the between-run CV's 90% "
+           f"upper bound {n['between_run_cv_upper']:.2%} (measured {n['between_run_cv']:.2%} over {n['num_runs']} "
+           f"runs) and the within-run spread {n['within_run_cv']:.2%} as the error of a run's median "
+           f"({n['within_run_median_cv']:.2%})"]
+    if n["weak"]:
+        out.append(f"**the noise estimate is weak**: {n['num_runs']} baseline runs (budget.doctor_max_repeats "
+                   "allowed no more); treat small speedups with care")
+    if verification and verification.get("observed_noise_cv") is not None:
+        seen = verification["observed_noise_cv"]
+        verdict = ("above doctor's estimate: that verdict's floor was raised to it" if seen > n["noise_cv"]
+                   else "within doctor's estimate")
+        out.append(f"the largest per-run noise the verification pairs showed: {seen:.2%} ({verdict})")
+    return out
+
+
+def verification_blocks(verification: dict, baseline: dict) -> list[dict[str, Any]]:
+    if not verification.get("verdicts"):
+        return [{"text": "No finalist: no search trial beat the baseline by more than its noise, so nothing "
+                         "was verified."}]
+    rows = []
+    for v in verification["verdicts"]:
+        job = v.get("job_steps") is not None
+        rows.append([v.get("arm") or "-", config_diff(v["config"], baseline), len(v["pairs"]),
+                     _x(v.get("step_speedup") or v["speedup"]), _x(v["speedup"]) if job else "-",
+                     f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-",
+                     _startups(v), "yes" if v["promoted"] else "no", v["reason"]])
+    blocks = [table(["arm", "config", "pairs", "per step", "end to end", "interval (objective)",
+                    "start-up base / cand.", "promoted", "why"], rows)]
+    if verification.get("note"):
+        blocks.insert(0, {"text": "Each arm ran until the sequential test decided it (infrarsi.stages.run.sequential): "
+                                  + verification["note"] + "."})
+    return blocks
+
+
+def _startups(v: dict) -> str:
+    b, c = v.get("baseline_startups_s") or [], v.get("candidate_startups_s") or []
+    return f"{statistics.median(b):.2f} s / {statistics.median(c):.2f} s" if b and c else "-"

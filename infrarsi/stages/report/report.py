@@ -1,0 +1,314 @@
+"""report: everything a campaign did, in Markdown and HTML, rebuilt from its folder alone.
+
+``build_report(dir)`` reads only files the stages wrote (contract, doctor, ledger, search,
+verification), so ``infrarsi report DIR`` works on any finished or interrupted campaign.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from infrarsi.contract.loss_contract import LossContract
+from infrarsi.contract.loss_reference import pct
+from infrarsi.contract.numerics import describe
+from infrarsi.core.ledger import Ledger
+from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.core.workspace import CampaignDir
+from infrarsi.stages.budget import trial_cap, trials_by_stage
+from infrarsi.stages.report.blocks import config_diff, fmt_bytes, fmt_s, table
+from infrarsi.stages.report.mfu import campaign_mfu
+from infrarsi.stages.report.promotion import (
+    contribution_sections,
+    final_verification,
+    noise_bullets,
+    promoted_verdict,
+    promotion_summary,
+    result_bullets,
+    verification_blocks,
+)
+
+
+def cost_by_outcome(trials: list[TrialResult]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = collections.defaultdict(lambda: {"count": 0, "wall_s": 0.0, "device_s": 0.0})
+    for t in trials:
+        row = out[t.outcome.value]
+        row["count"] += 1
+        row["wall_s"] += t.wall_time_s
+        row["device_s"] += t.device_seconds
+    return dict(out)
+
+
+def summarize(cdir: CampaignDir) -> dict[str, Any]:
+    """The JSON summary of a campaign, from its folder."""
+    contract = cdir.read_json(cdir.contract)
+    trials = Ledger(cdir.ledger).trials()
+    doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
+    promoted = promoted_verdict(final_verification(cdir))
+    ok_search = [t for t in trials if t.role is Role.SEARCH and t.outcome is Outcome.OK]
+    costs = cost_by_outcome(trials)
+    apply = cdir.read_json(cdir.root / "apply.json") if (cdir.root / "apply.json").exists() else {}
+    return {
+        "campaign_id": contract["campaign_id"], "campaign_dir": str(cdir.root),
+        "baseline_step_time_s": doctor["step_time_s"] if doctor else None,
+        "best_step_time_s": min((t.step_time_s for t in ok_search), default=None),
+        "verified_speedup": promoted["speedup"] if promoted else None,
+        "speedup_ci": [promoted["ci_low"], promoted["ci_high"]] if promoted else None,
+        "promoted_config": promoted["config"] if promoted else None,
+        "trials_by_outcome": {k: int(v["count"]) for k, v in sorted(costs.items())},
+        "failed_trial_seconds": round(sum(v["wall_s"] for k, v in costs.items() if k != "ok"), 2),
+        "failed_device_seconds": round(sum(v["device_s"] for k, v in costs.items() if k != "ok"), 2),
+        "num_search_trials": sum(1 for t in trials if t.role is Role.SEARCH and not t.extra.get("retried")),
+        "num_trials": len({t.trial_id for t in trials}), "trials_by_stage": trials_by_stage(trials),
+        "max_trials": _max_trials(cdir, contract),
+        "branch": apply.get("branch"), "commit": apply.get("commit"),
+        "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.get("extra", {}).get("mlflow_parent_run_id"),
+        "report": str(cdir.report_html),
+        # baseline_mfu, promoted_mfu (fractions; None on CPU) and mfu_basis (device, peak, count).
+        **campaign_mfu(spec=contract["spec"], hardware=contract.get("hardware", {}), doctor=doctor, promoted=promoted,
+                       starts={t.trial_id: t.extra.get("start") or {} for t in trials}),
+        "campaign_wall_s": _campaign_wall_s(cdir),
+        **promotion_summary(cdir),
+    }
+
+
+def _max_trials(cdir: CampaignDir, contract: dict[str, Any]) -> int:
+    """The campaign's trial cap, as its runtime computed it (budget from options.json)."""
+    from infrarsi.contract.freeze import Contract
+
+    spec = Contract.from_json(contract).spec
+    options = cdir.read_json(cdir.options) if cdir.options.exists() else {}
+    return trial_cap(spec, options.get("budget") or spec.budget.num_trials)
+
+
+def _campaign_wall_s(cdir: CampaignDir) -> float | None:
+    """Seconds from the contract's creation to the last ledger record."""
+    import datetime as dt
+
+    created = cdir.read_json(cdir.contract).get("created_at")
+    last = max((e["recorded_at"] for e in Ledger(cdir.ledger).events()), default=None)
+    if not created or last is None:
+        return None
+    return round(last - dt.datetime.fromisoformat(created).timestamp(), 1)
+
+
+def campaign_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The summary as MLflow metrics for the parent run: step times, speedup and its
+    interval, trial counts by outcome (``trials/<outcome>``), seconds lost to failures,
+    and any other number the summary carries (an MFU, where known)."""
+    out = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if summary.get("speedup_ci"):
+        out["speedup_ci_low"], out["speedup_ci_high"] = map(float, summary["speedup_ci"])
+    out.update({f"trials/{k}": float(v) for k, v in summary.get("trials_by_outcome", {}).items()})
+    return out
+
+
+def summary_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
+    """The summary as a two-column table (field, value), e.g. for a Prefect table artifact."""
+    return [{"field": k, "value": json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)}
+            for k, v in summary.items()]
+
+
+def _plots(cdir: CampaignDir, trials: list[TrialResult], baseline_s: float | None, capacity: int | None) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cdir.plots.mkdir(exist_ok=True)
+    search = [t for t in trials if t.role is Role.SEARCH and not t.extra.get("retried")]
+    best, xs, ys = float("inf"), [], []
+    for i, t in enumerate(search, 1):
+        if t.outcome is Outcome.OK:
+            best = min(best, t.step_time_s)
+        if best < float("inf"):
+            xs.append(i)
+            ys.append(best * 1000)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.step(xs, ys, where="post", label="best so far")
+    if baseline_s:
+        ax.axhline(baseline_s * 1000, color="grey", ls="--", label="baseline")
+    ax.set(xlabel="search trial", ylabel="step time (ms)", title="Best step time so far")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(cdir.plots / "best_so_far.png", dpi=100)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for outcome, colour in (("ok", "tab:blue"), ("oom", "tab:red"), ("contract_violation", "tab:orange")):
+        pts = [(t.peak_memory_bytes / 2**20, (t.step_time_s or 0) * 1000) for t in search
+               if t.outcome.value == outcome and t.peak_memory_bytes]
+        if pts:
+            ax.scatter(*zip(*pts), label=outcome, color=colour, s=18)
+    if capacity:
+        ax.axvline(capacity / 2**20, color="red", ls=":", label="capacity")
+    ax.set(xlabel="peak memory (MiB)", ylabel="step time (ms; 0 = none)", title="Time against memory")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(cdir.plots / "time_vs_memory.png", dpi=100)
+    plt.close(fig)
+    return ["plots/best_so_far.png", "plots/time_vs_memory.png"]
+
+
+def _describe_blocks(describe: dict[str, Any]) -> list[dict[str, Any]]:
+    """The proposer's own account (memory prices, priors, crash evidence) as tables."""
+    out: list[dict[str, Any]] = []
+    for key, value in describe.items():
+        title = key.replace("_", " ").capitalize()
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            headers = list(dict.fromkeys(k for v in value for k in v))
+            out += [{"heading": title}, table(headers, ([_cell(v.get(h)) for h in headers] for v in value))]
+        elif value not in (None, [], {}):
+            out += [{"heading": title}, {"code": json.dumps(value, indent=1, default=str)[:4000]}]
+    return out
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _mfu_line(s: dict[str, Any]) -> str:
+    basis = s["mfu_basis"]
+    pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
+    return (f"MFU: baseline {pct(s['baseline_mfu'])}, promoted {pct(s['promoted_mfu'])} "
+            f"(against {basis['num_devices']} x {basis['accelerator']} at "
+            f"{basis['peak_flops_per_device'] / 1e12:,.0f} TFLOP/s dense bf16, from the {basis['peak_source']})")
+
+
+def _result_blocks(s: dict[str, Any], baseline: dict, verified_any: bool) -> list[dict[str, Any]]:
+    if s["verified_speedup"]:
+        lo, hi = s["speedup_ci"]
+        head = {"text": f"**Verified speedup {s['verified_speedup']:.2f}x** (90% CI {lo:.2f}x - {hi:.2f}x; its lower "
+                        "end is a one-sided 95% bound that holds whichever pair the sequential test stopped at), "
+                        "paired A B A B against the baseline."}
+        bullets = [f"promoted config: `{config_diff(s['promoted_config'], baseline)}`",
+                   f"branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "branch: not staged"]
+    elif verified_any:
+        head = {"text": "No candidate was promoted: none cleared verification (see below). The baseline stands."}
+        bullets = []
+    else:
+        head = {"text": "No candidate was promoted: no search trial beat the baseline by more than its noise, so "
+                        "none was verified. The baseline stands."}
+        bullets = []
+    bullets += result_bullets(s)
+    if s.get("mfu_basis"):
+        bullets.append(_mfu_line(s))
+    bullets += [f"baseline step time {fmt_s(s['baseline_step_time_s'])}, best search trial {fmt_s(s['best_step_time_s'])}",
+                f"trials by outcome: {s['trials_by_outcome']}; seconds spent on failed trials: {s['failed_trial_seconds']}"]
+    return [head, {"bullets": bullets}]
+
+
+def _tolerances(doctor: dict) -> str:
+    """Each numerics class's calibrated tolerance (one figure for a report made without classes)."""
+    if not doctor.get("loss_contract"):
+        return pct(doctor["loss_tolerance"])
+    return ", ".join(f"{describe(c.settings)} {'no reference' if c.failure else pct(c.tolerance)}"
+                     for c in LossContract.from_json(doctor["loss_contract"]).classes)
+
+
+def _doctor_blocks(doctor: dict | None, spec: dict, verification: dict) -> list[dict[str, Any]]:
+    if not doctor:
+        return [{"text": "Doctor has not finished."}]
+    bullets = [f"config: `{spec['baseline']}`",
+               f"median step time {fmt_s(doctor['step_time_s'])} over runs {[fmt_s(x) for x in doctor['run_step_times_s']]}",
+               *noise_bullets(doctor, verification if verification["verdicts"] else None),
+               f"start-up (launch to steady steps) {doctor.get('startup_s', 0.0):.2f} s",
+               f"peak memory {fmt_bytes(doctor['peak_memory_bytes'])} (capacity {fmt_bytes(spec['device']['memory_capacity'])})",
+               f"loss tolerance {_tolerances(doctor)} ({doctor['loss_tolerance_source']})",
+               "phases (median per step): " + ", ".join(f"{k} {fmt_s(v)}" for k, v in doctor["phases_s"].items())]
+    calibration = table(["calibration variant", "outcome", "max loss deviation"],
+                       ([c["config"], c.get("outcome", "ok"), "-" if c["deviation"] is None else f"{c['deviation']:.2e}"]
+                        for c in doctor["calibration"]))
+    return [{"bullets": bullets}, calibration]
+
+
+def report_context(cdir: CampaignDir) -> dict[str, Any]:
+    """What the report shows, as data: a header and a list of sections, each a list of
+    blocks (``text``, ``bullets``, ``table`` {headers, rows}, ``heading``, ``code``,
+    ``images``). Both templates render the same context, so a row added here shows in both."""
+    s = summarize(cdir)
+    contract = cdir.read_json(cdir.contract)
+    spec = contract["spec"]
+    trials = Ledger(cdir.ledger).trials()
+    doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
+    search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
+    verification = final_verification(cdir) or {"verdicts": []}
+    baseline = spec["baseline"]
+    hw = contract["hardware"]
+    intro = (f"Workload `{spec['name']}` ({spec['backend']} backend) on {hw.get('cpu')}, {hw.get('num_cpus')} CPUs, "
+             f"GPUs: {hw.get('gpus') or 'none'}. Proposer: `{search.get('proposer', spec['search']['proposer'])}`.")
+    costs = cost_by_outcome(trials)
+    sections = [
+        {"id": "result", "title": "Result", "blocks": _result_blocks(s, baseline, bool(verification["verdicts"]))},
+        {"id": "doctor", "title": "Doctor (baseline)", "blocks": _doctor_blocks(doctor, spec, verification)},
+        {"id": "cost", "title": "Cost by outcome", "blocks": [table(
+            ["outcome", "trials", "wall s", "device s"],
+            ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items())))]},
+        *contribution_sections(cdir),
+        {"id": "verification", "title": "Verification", "blocks": verification_blocks(verification, baseline)},
+        {"id": "trials", "title": "Trials", "blocks": [table(
+            ["trial", "role", "outcome", "step time", "start-up", "wall", "peak memory", "config (vs baseline)",
+             "reason"],
+            ([t.trial_id + (f"#{t.attempt}" if t.attempt > 1 else ""), t.role.value, t.outcome.value,
+              fmt_s(t.step_time_s), "-" if t.startup_s is None else f"{t.startup_s:.2f} s", f"{t.wall_time_s:.1f} s",
+              fmt_bytes(t.peak_memory_bytes), config_diff(dict(t.config), baseline), t.reason[:120]]
+             for t in trials))]},
+    ]
+    if search.get("describe"):
+        sections.append({"id": "learned", "title": "What the search learned",
+                         "blocks": _describe_blocks(search["describe"])})
+    plots = _plots(cdir, trials, s["baseline_step_time_s"], spec["device"]["memory_capacity"])
+    sections.append({"id": "plots", "title": "Plots", "blocks": [{"images": plots}]})
+    return {"title": f"infrarsi campaign `{s['campaign_id']}`", "campaign_id": s["campaign_id"],
+            "intro": intro, "summary": s, "sections": sections}
+
+
+_INLINE = re.compile(r"\*\*(.+?)\*\*|`([^`]*)`")
+
+
+def _inline_html(text: Any) -> Any:
+    """The two inline marks the report's text uses, **bold** and `code`, as HTML; the
+    rest escaped."""
+    from markupsafe import Markup, escape
+
+    out, pos = [], 0
+    for m in _INLINE.finditer(str(text)):
+        out.append(escape(m.string[pos:m.start()]))
+        out.append(Markup("<strong>{}</strong>").format(m[1]) if m[1] is not None
+                   else Markup("<code>{}</code>").format(m[2]))
+        pos = m.end()
+    out.append(escape(str(text)[pos:]))
+    return Markup("").join(out)
+
+
+def _environment(*, html: bool) -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("infrarsi.stages.report", "templates"), autoescape=html,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    # A "|" or a line break would end a Markdown table cell.
+    env.filters["md_cell"] = lambda c: str(c).replace("|", "/").replace("\n", " ")
+    env.filters["inline"] = _inline_html
+    return env
+
+
+def render_markdown(cdir: CampaignDir, context: dict[str, Any] | None = None) -> str:
+    return _environment(html=False).get_template("report.md.j2").render(context or report_context(cdir))
+
+
+def render_html(cdir: CampaignDir, context: dict[str, Any] | None = None) -> str:
+    return _environment(html=True).get_template("report.html.j2").render(context or report_context(cdir))
+
+
+def build_report(root: Path | str) -> Path:
+    cdir = CampaignDir(Path(root).resolve())
+    context = report_context(cdir)
+    cdir.report_md.write_text(render_markdown(cdir, context))
+    cdir.report_html.write_text(render_html(cdir, context))
+    cdir.write_json(cdir.summary, summarize(cdir))
+    return cdir.report_html

@@ -1,0 +1,349 @@
+"""run (verification): re-measure the plan's arms against the baseline, interleaved, and
+stop each as soon as its sequential test decides.
+
+Each round runs the baseline, then every arm still open (A B C A B C ...), so each arm's
+run is paired with a baseline run taken moments before and slow drifts of a shared
+machine cancel in the ratio; one baseline run serves every arm of its round, the
+finalists and minimization's smaller configs alike (``stages.evidence`` plans the arms).
+After each round, ``infrarsi.stages.run.sequential`` looks at every open arm: a finalist or smaller
+config whose lower bound clears 1 + the noise floor (doctor's, raised to the per-run
+noise its own pairs show where that is larger) is decided and stops running, as is one
+that can no longer clear; a leave-one-out arm is decided when its contribution (its
+objective over its parent's in the same rounds) clearly pays or clearly does not, and its
+parent runs as long as it does. A run that fails ends its arm: a config with a failed run
+is never promoted. With a declared job length the ratios are of whole-job times (start-up
+plus steps x step time), and the per-step speedup is reported beside them.
+
+Each round runs at its own canary seed (the contract's seed + 1000 + round), and every
+arm's losses are compared with a run in its own numerics at that seed (a candidate in
+another numerics class, e.g. bf16, with a run of the baseline in that class, at that
+class's tolerance: ``infrarsi.stages.calibration.canary_loss_check``). The search compared
+losses at the contract's seed, where a job that replays the baseline's recorded numbers
+while skipping the work is indistinguishable from an honest one; at a seed it has not
+seen, its replayed trajectory no longer matches. A job that ignores the seed it is given
+defeats this; ``canary_check`` says so instead of counting it as a check.
+
+Rounds fit the campaign's trial cap: an arm that would not fit is left out, the
+leave-one-out arms first, then the smaller config, then runners-up; the leader last.
+Every run is a ledger line, and a resumed campaign takes the recorded runs back instead
+of running them again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from infrarsi.contract.checks import enforce
+from infrarsi.contract.loss_contract import LossContract
+from infrarsi.contract.loss_reference import LossReference
+from infrarsi.core.knobs import Config
+from infrarsi.core.objective import job_steps, run_time_s
+from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.stages.calibration import canary_loss_check, canary_split_runner
+from infrarsi.stages.doctor import DoctorReport
+from infrarsi.stages.run.evidence import FINALIST, LEAVE_ONE_OUT, Arm, VerificationPlan
+from infrarsi.stages.run.sequential import (
+    Decision,
+    Look,
+    SequentialRule,
+    log_ratios,
+    look,
+)
+from infrarsi.stages.runtime import CampaignRuntime
+
+# A canary run whose losses sit this close to the reference's did not see its seed.
+CANARY_MIN_DEVIATION = 1e-9
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    config: Config
+    source_trial_id: str
+    pairs: tuple[tuple[str, str], ...]  # (baseline trial id, candidate trial id), those the decision used
+    baseline_times_s: tuple[float, ...]
+    candidate_times_s: tuple[float, ...]
+    speedup: float | None
+    ci_low: float | None  # the sequential test's bounds at the look that decided
+    ci_high: float | None
+    promoted: bool
+    reason: str
+    canary_seeds: tuple[int, ...] = ()  # the seed of each pair
+    # speedup / ci_* / promoted are on the objective (infrarsi.core.objective): the step time, or
+    # with a declared job length (job_steps), the job's total time; step_* are per step.
+    baseline_startups_s: tuple[float, ...] = ()
+    candidate_startups_s: tuple[float, ...] = ()
+    step_speedup: float | None = None
+    step_ci_low: float | None = None
+    step_ci_high: float | None = None
+    job_steps: float | None = None
+    noise_floor: float | None = None  # the floor this verdict was held to
+    pair_noise_cv: float | None = None  # per-run noise its own pairs show (sequential.pair_noise)
+    arm: str = ""  # the plan's arm (stages.evidence): "finalist 1", "leader less compile", ...
+    kind: str = FINALIST
+    clears: bool = False  # its lower bound cleared 1 + the floor with no failed run
+    level: float | None = None  # the one-sided level of each bound at the deciding look
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerificationReport:
+    verdicts: tuple[Verdict, ...]
+    noise_floor: float  # doctor's estimate, raised to the largest per-run noise the pairs showed
+    doctor_noise_cv: float | None = None
+    observed_noise_cv: float | None = None  # the largest of the verdicts' pair_noise_cv
+    canary_effective: bool | None = None  # None: no baseline run to tell
+    canary_note: str = ""
+    plan: Mapping[str, Any] = field(default_factory=dict)  # VerificationPlan.to_json()
+    # Per round: its canary seed, its baseline run and each arm's run ({arm: trial id}).
+    rounds: tuple[Mapping[str, Any], ...] = ()
+    note: str = ""
+
+    @property
+    def promoted(self) -> Verdict | None:
+        winners = [v for v in self.verdicts if v.promoted]
+        return max(winners, key=lambda v: v.speedup) if winners else None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verdicts"] = [asdict(v) for v in self.verdicts]
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "VerificationReport":
+        return cls(**{**d, "verdicts": tuple(verdict_from_json(v) for v in d["verdicts"]),
+                      "rounds": tuple(d.get("rounds", ()))})
+
+
+def verdict_from_json(d: Mapping[str, Any]) -> Verdict:
+    v = dict(d)
+    v["pairs"] = tuple(tuple(p) for p in v["pairs"])
+    for k in ("baseline_times_s", "candidate_times_s", "canary_seeds", "baseline_startups_s", "candidate_startups_s"):
+        v[k] = tuple(v.get(k, ()))
+    return Verdict(**v)
+
+
+def canary_seed(contract_seed: int, round_index: int) -> int:
+    return contract_seed + 1000 + round_index
+
+
+def objective_look(rule: SequentialRule, slower: Sequence[TrialResult], faster: Sequence[TrialResult],
+                   noise_floor: float, steps: float | None) -> Look:
+    """The sequential look at ``slower`` over ``faster`` run by run, on the objective."""
+    return look(rule, log_ratios([run_time_s(a, steps) for a in slower], [run_time_s(b, steps) for b in faster]),
+                noise_floor)
+
+
+class Replay:
+    """Runs of this stage a killed campaign already recorded, handed back instead of run
+    again: each is taken by (role, config, seed), at most once."""
+
+    def __init__(self, rt: CampaignRuntime) -> None:
+        self.rt = rt
+        self.recorded = [t for t in rt.ledger.trials() if not t.extra.get("retried") and t.extra.get("job_seed") is not None
+                         and t.role in (Role.VERIFY, Role.VERIFY_BASELINE, Role.MINIMIZE, Role.CALIBRATE)]
+
+    def _find(self, config: Config, role: Role, seed: int) -> int | None:
+        return next((i for i, t in enumerate(self.recorded) if t.role is role and t.extra["job_seed"] == seed
+                     and dict(t.config) == dict(config)), None)
+
+    def has(self, config: Config, role: Role, seed: int) -> bool:
+        return self._find(config, role, seed) is not None
+
+    def run(self, config: Config, role: Role, seed: int, check: Callable[[TrialResult], TrialResult] | None
+            ) -> TrialResult:
+        i = self._find(config, role, seed)
+        if i is not None:
+            return self.recorded.pop(i)
+        return self.rt.run_one(config, role, check=check, seed=seed)
+
+
+@dataclass
+class _Arm:
+    """An arm's state across rounds."""
+
+    arm: Arm
+    rule: SequentialRule
+    pairs: list[tuple[TrialResult, TrialResult]] = field(default_factory=list)  # (baseline, arm) per round run
+    seeds: list[int] = field(default_factory=list)
+    decided: str = ""  # why it stopped running ("" while open)
+    num_decided: int | None = None  # pairs when it was decided
+
+    @property
+    def open(self) -> bool:
+        return not self.decided
+
+
+def _decide(state: _Arm, states: Mapping[str, _Arm], floor: float, steps: float | None) -> None:
+    """After a round: whether ``state``'s arm is decided, and why."""
+    a, b = state.pairs[-1]
+    if a.outcome is not Outcome.OK or b.outcome is not Outcome.OK:
+        state.decided, state.num_decided = "a run failed", len(state.pairs)
+        return
+    if state.arm.kind == LEAVE_ONE_OUT:
+        if states[state.arm.parent].decided == "a run failed":
+            state.decided, state.num_decided = "the config it leaves a change out of failed", len(state.pairs)
+            return
+        both = _shared(states[state.arm.parent], state)
+        if not both:
+            return
+        lk = objective_look(state.rule, [x for _, x in both], [p for p, _ in both], floor, steps)
+        why = {Decision.CLEARS: "its change pays", Decision.CANNOT_CLEAR: "measured to its last pair"
+               if lk.num_pairs >= state.rule.max_pairs else "its change does not pay"}.get(lk.decision)
+    else:
+        lk = objective_look(state.rule, [x for x, _ in state.pairs], [y for _, y in state.pairs], floor, steps)
+        why = {Decision.CLEARS: "it clears", Decision.CANNOT_CLEAR: "it cannot clear"}.get(lk.decision)
+    if why:
+        state.decided, state.num_decided = why, len(state.pairs)
+
+
+def _shared(parent: _Arm, child: _Arm) -> list[tuple[TrialResult, TrialResult]]:
+    """(parent's run, child's run) of the rounds both ran, both ok."""
+    by_baseline = {a.trial_id: b for a, b in parent.pairs}
+    return [(by_baseline[a.trial_id], b) for a, b in child.pairs
+            if a.trial_id in by_baseline and by_baseline[a.trial_id].outcome is Outcome.OK
+            and b.outcome is Outcome.OK]
+
+
+def _needed(states: list[_Arm]) -> list[_Arm]:
+    """The arms that run this round: the open ones, and the parent of each open leave-one-out arm."""
+    run = {s.arm.key for s in states if s.open}
+    run |= {s.arm.parent for s in states if s.open and s.arm.kind == LEAVE_ONE_OUT}
+    return [s for s in states if s.arm.key in run]
+
+
+def _cost(rt: CampaignRuntime, doctor: DoctorReport, replay: Replay, arms: list[_Arm], seed: int) -> int:
+    """New trials a round of ``arms`` runs: the baseline, a reference per other numerics class, each arm."""
+    losses = doctor.loss_reference
+    configs = [(doctor.baseline, Role.VERIFY_BASELINE)] + [(s.arm.config, s.arm.role) for s in arms]
+    if isinstance(losses, LossContract):
+        classes = {losses.class_of(s.arm.config) for s in arms} - {()}
+        configs += [(losses.reference_config(c), Role.VERIFY_BASELINE) for c in classes]
+    return sum(1 for cfg, role in configs if not replay.has(cfg, role, seed))
+
+
+def _fit_budget(rt: CampaignRuntime, doctor: DoctorReport, replay: Replay, states: list[_Arm], seed: int) -> list[_Arm]:
+    """This round's arms within the trials left, counting the rounds each still needs to
+    reach its fewest pairs (an arm that cannot get there would be run for nothing): the
+    last-planned open arms leave first."""
+    while True:
+        needed = _needed(states)
+        rounds = max((s.rule.min_pairs - len(s.pairs) for s in needed if s.open), default=1)
+        if not needed or max(rounds, 1) * _cost(rt, doctor, replay, needed, seed) <= rt.trials_left:
+            return needed
+        last = [s for s in states if s.open][-1]
+        last.decided, last.num_decided = "the trial cap (budget.max_trials) left no room", len(last.pairs)
+
+
+def _canary_check(rt: CampaignRuntime, doctor: DoctorReport, a: TrialResult, seed: int, configs: list[Config],
+                  replay: Replay) -> Callable[[TrialResult], TrialResult]:
+    """Each arm's loss against a run in its own numerics at the canary seed."""
+    contract, losses = rt.spec.contract, doctor.loss_reference
+    if isinstance(losses, LossContract):
+        return canary_loss_check(contract, losses, a, seed, configs, lambda cfg: replay.run(
+            cfg, Role.VERIFY_BASELINE, seed, lambda r: enforce(r, contract, None)),
+            canary_split_runner(rt, seed, replay.run))
+    reference = LossReference(losses=a.losses, tolerance=doctor.loss_tolerance,
+                              name=f"the baseline at canary seed {seed} ({a.trial_id})")
+    return lambda r: enforce(r, contract, reference if a.outcome is Outcome.OK else None)
+
+
+def _run_rounds(rt: CampaignRuntime, doctor: DoctorReport, plan: VerificationPlan, floor: float,
+                steps: float | None) -> tuple[list[_Arm], list[dict[str, Any]]]:
+    contract, replay = rt.spec.contract, Replay(rt)
+    states = [_Arm(arm=a, rule=SequentialRule(max_pairs=a.max_pairs)) for a in plan.arms]
+    by_key = {s.arm.key: s for s in states}
+    rounds: list[dict[str, Any]] = []
+    for i in range(max((a.max_pairs for a in plan.arms), default=0)):
+        seed = canary_seed(contract.seed, i)
+        needed = _fit_budget(rt, doctor, replay, states, seed)
+        if not needed:
+            break
+        a = replay.run(doctor.baseline, Role.VERIFY_BASELINE, seed, lambda r: enforce(r, contract, None))
+        check = _canary_check(rt, doctor, a, seed, [s.arm.config for s in needed], replay)
+        runs = {}
+        for s in needed:
+            b = replay.run(s.arm.config, s.arm.role, seed, check)
+            s.pairs.append((a, b))
+            s.seeds.append(seed)
+            runs[s.arm.key] = b.trial_id
+        rounds.append({"seed": seed, "baseline": a.trial_id, "runs": runs})
+        for s in needed:
+            if s.open:
+                _decide(s, by_key, floor, steps)
+    return states, rounds
+
+
+def _verdict(state: _Arm, floor: float, steps: float | None) -> Verdict:
+    """The verdict on an arm against the baseline, from the pairs its decision used."""
+    pairs = state.pairs[:state.num_decided] if state.num_decided else state.pairs
+    seeds = state.seeds[:len(pairs)]
+    problems = [f"{r.trial_id} ({r.role.value}) {r.outcome.value}: {r.reason}"
+                for pair in pairs for r in pair if r.outcome is not Outcome.OK]
+    good = [(a, b) for a, b in pairs if a.outcome is Outcome.OK and b.outcome is Outcome.OK]
+    arm = state.arm
+    common = dict(config=dict(arm.config), source_trial_id=arm.source_trial_id, arm=arm.key, kind=arm.kind,
+                  canary_seeds=tuple(s for s, (a, b) in zip(seeds, pairs)
+                                     if a.outcome is Outcome.OK and b.outcome is Outcome.OK),
+                  pairs=tuple((a.trial_id, b.trial_id) for a, b in good),
+                  baseline_times_s=tuple(a.step_time_s for a, _ in good),
+                  candidate_times_s=tuple(b.step_time_s for _, b in good),
+                  baseline_startups_s=tuple(a.startup_s or 0.0 for a, _ in good),
+                  candidate_startups_s=tuple(b.startup_s or 0.0 for _, b in good), job_steps=steps)
+    if problems or len(good) < state.rule.min_pairs:
+        why = ("a verification run failed: " + "; ".join(problems) if problems
+               else f"only {len(good)} ok pair(s): too few to decide ({state.decided or 'not run'})")
+        return Verdict(**common, speedup=None, ci_low=None, ci_high=None, promoted=False, reason=why,
+                       noise_floor=floor)
+    lk = objective_look(state.rule, [a for a, _ in good], [b for _, b in good], floor, steps)
+    step = look(state.rule, log_ratios(common["baseline_times_s"], common["candidate_times_s"]), floor)
+    clears = lk.decision is Decision.CLEARS
+    what = "per step" if steps is None else f"end to end over {steps:,.0f} steps"
+    level = state.rule.level(len(good))
+    reason = (f"lower bound {math.exp(lk.low):.3f} ({what}; {len(good)} pairs, each bound at {level:.2%}) "
+              f"{'clears' if clears else 'does not clear'} 1 + noise floor {lk.floor:.3f}")
+    if steps is not None and step.low > step.threshold and not clears:
+        reason += f"; faster per step ({math.exp(step.mean):.3f}x) but its start-up is not repaid within the job"
+    if arm.kind != FINALIST:
+        reason += f"; a smaller config of the leader: minimization decides ({state.decided or 'open'})"
+    return Verdict(**common, speedup=math.exp(lk.mean), ci_low=math.exp(lk.low), ci_high=math.exp(lk.high),
+                   promoted=clears and arm.kind == FINALIST, clears=clears, reason=reason,
+                   step_speedup=math.exp(step.mean), step_ci_low=math.exp(step.low), step_ci_high=math.exp(step.high),
+                   noise_floor=lk.floor, pair_noise_cv=lk.pair_noise_cv, level=level)
+
+
+def canary_check(doctor: DoctorReport, baseline_runs: list[TrialResult]) -> tuple[bool | None, str]:
+    """Whether the canary seeds reached the job: a baseline run at a canary seed whose losses
+    match the reference (taken at the contract's seed) no more loosely than repeats at one
+    seed match each other says the job ignores the seed, so the canary checked nothing."""
+    ok = [r for r in baseline_runs if r.outcome is Outcome.OK and r.losses]
+    if not ok or not doctor.reference_losses:
+        return None, "no baseline run at a canary seed finished; the canary could not be assessed"
+    repeats = max((abs(row.get("deviation") or 0.0) for row in doctor.calibration
+                   if row.get("config") == "baseline repeats"), default=0.0)
+    same_seed_spread = max(2.0 * repeats, CANARY_MIN_DEVIATION)
+    reference = LossReference(losses=doctor.reference_losses, tolerance=float("inf"))
+    moved = max(abs(reference.deviation(r.losses)[0]) for r in ok)
+    if moved > same_seed_spread:
+        return True, f"canary seeds moved the baseline's losses by up to {moved:.2e} (same-seed spread {repeats:.2e})"
+    return False, (f"canary ineffective: at the canary seeds the baseline's losses moved by {moved:.2e}, no more "
+                   f"than repeats at one seed ({repeats:.2e}): the job ignores the seed it is given, so "
+                   "verification could not tell an honest job from one that replays recorded losses")
+
+
+def run_verification(rt: CampaignRuntime, doctor: DoctorReport, plan: VerificationPlan) -> VerificationReport:
+    if rt.cdir.verification.exists():
+        return VerificationReport.from_json(rt.cdir.read_json(rt.cdir.verification))
+    steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
+    states, rounds = _run_rounds(rt, doctor, plan, doctor.noise_cv, steps)
+    baselines = list({a.trial_id: a for s in states for a, _ in s.pairs}.values())
+    effective, note = canary_check(doctor, baselines)
+    verdicts = tuple(_verdict(s, doctor.noise_cv, steps) for s in states)
+    observed = max((v.pair_noise_cv for v in verdicts if v.pair_noise_cv is not None), default=None)
+    stopped = [f"{s.arm.key}: {s.decided} after {s.num_decided or len(s.pairs)} round(s)" for s in states]
+    report = VerificationReport(verdicts=verdicts, noise_floor=max(doctor.noise_cv, observed or 0.0),
+                                doctor_noise_cv=doctor.noise_cv, observed_noise_cv=observed,
+                                canary_effective=effective, canary_note=note, plan=plan.to_json(),
+                                rounds=tuple(rounds), note="; ".join(stopped))
+    rt.cdir.write_json(rt.cdir.verification, report.to_json())
+    return report
