@@ -63,10 +63,11 @@ def trial_cap(spec: CampaignSpec, num_trials: int) -> int:
     return doctor_trials(spec) + num_trials + verify
 
 
-def search_trials(spec: CampaignSpec, num_trials: int, doctor_used: int) -> int:
-    """The search's share: ``num_trials``, less what the cap leaves after doctor's
-    ``doctor_used`` trials and verification's reserve."""
-    return max(0, min(num_trials, trial_cap(spec, num_trials) - doctor_used - verification_reserve(spec)))
+def search_trials(spec: CampaignSpec, num_trials: int, doctor_used: int, cap: int | None = None) -> int:
+    """The search's share: ``num_trials``, less what the cap (``cap``, else the spec's for
+    ``num_trials``) leaves after doctor's ``doctor_used`` trials and verification's reserve."""
+    cap = trial_cap(spec, num_trials) if cap is None else cap
+    return max(0, min(num_trials, cap - doctor_used - verification_reserve(spec)))
 
 
 def check_cap(spec: CampaignSpec, num_trials: int) -> None:

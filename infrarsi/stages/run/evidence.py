@@ -186,7 +186,8 @@ def _call(rt: CampaignRuntime, model: Any, leader: Config, knob: str, base: Conf
         return ChangeEvidence(**common, **predicted, call=UNCERTAIN,
                               reason="a declared job length counts start-up, which the model does not predict")
     if low > threshold:
-        return ChangeEvidence(**common, **predicted, call=PAYS, reason="predicted to pay: its interval clears the floor")
+        return ChangeEvidence(**common, **predicted, call=PAYS,
+                              reason="predicted to pay: its interval clears the floor")
     if high < threshold:
         return ChangeEvidence(**common, **predicted, call=IDLE,
                               reason="predicted not to pay: its interval lies below the floor")

@@ -131,7 +131,7 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
         priors = bank_priors.merged_over(priors) if isinstance(priors, Priors) else bank_priors
     observed = contract_seed_history(rt, doctor)  # what the proposer has seen, in order
     doctor_used = sum(1 for r in observed if r.role is not Role.SEARCH and r.trial_id != "doctor")
-    num_trials = search_trials(rt.spec, num_trials, doctor_used)
+    num_trials = search_trials(rt.spec, num_trials, doctor_used, rt.max_trials)
 
     def rebuilt(old: Proposer | None = None) -> Proposer:  # over the current space, the history replayed
         p = build_proposer(rt, proposer_name, priors, experience)

@@ -41,6 +41,7 @@ from infrarsi.contract.loss_reference import LossReference
 from infrarsi.core.knobs import Config
 from infrarsi.core.objective import job_steps, run_time_s
 from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.stages.budget import TrialBudgetExhausted
 from infrarsi.stages.calibration import canary_loss_check, canary_split_runner
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.run.evidence import FINALIST, LEAVE_ONE_OUT, Arm, VerificationPlan
@@ -140,7 +141,8 @@ class Replay:
 
     def __init__(self, rt: CampaignRuntime) -> None:
         self.rt = rt
-        self.recorded = [t for t in rt.ledger.trials() if not t.extra.get("retried") and t.extra.get("job_seed") is not None
+        self.recorded = [t for t in rt.ledger.trials()
+                         if not t.extra.get("retried") and t.extra.get("job_seed") is not None
                          and t.role in (Role.VERIFY, Role.VERIFY_BASELINE, Role.MINIMIZE, Role.CALIBRATE)]
 
     def _find(self, config: Config, role: Role, seed: int) -> int | None:
@@ -259,15 +261,23 @@ def _run_rounds(rt: CampaignRuntime, doctor: DoctorReport, plan: VerificationPla
         needed = _fit_budget(rt, doctor, replay, states, seed)
         if not needed:
             break
-        a = replay.run(doctor.baseline, Role.VERIFY_BASELINE, seed, lambda r: enforce(r, contract, None))
-        check = _canary_check(rt, doctor, a, seed, [s.arm.config for s in needed], replay)
-        runs = {}
-        for s in needed:
-            b = replay.run(s.arm.config, s.arm.role, seed, check)
-            s.pairs.append((a, b))
-            s.seeds.append(seed)
-            runs[s.arm.key] = b.trial_id
-        rounds.append({"seed": seed, "baseline": a.trial_id, "runs": runs})
+        runs: dict[str, str] = {}
+        try:
+            a = replay.run(doctor.baseline, Role.VERIFY_BASELINE, seed, lambda r: enforce(r, contract, None))
+            check = _canary_check(rt, doctor, a, seed, [s.arm.config for s in needed], replay)
+            for s in needed:
+                b = replay.run(s.arm.config, s.arm.role, seed, check)
+                s.pairs.append((a, b))
+                s.seeds.append(seed)
+                runs[s.arm.key] = b.trial_id
+        except TrialBudgetExhausted:  # a reference the round's estimate did not foresee took the last trial
+            for s in states:
+                if s.open:
+                    s.decided, s.num_decided = "the trial cap (budget.max_trials) left no room", len(s.pairs)
+            break
+        finally:
+            if runs:
+                rounds.append({"seed": seed, "baseline": a.trial_id, "runs": runs})
         for s in needed:
             if s.open:
                 _decide(s, by_key, floor, steps)
@@ -275,11 +285,14 @@ def _run_rounds(rt: CampaignRuntime, doctor: DoctorReport, plan: VerificationPla
 
 
 def _verdict(state: _Arm, floor: float, steps: float | None) -> Verdict:
-    """The verdict on an arm against the baseline, from the pairs its decision used."""
+    """The verdict on an arm against the baseline, from the pairs its decision used. A run
+    that failed after the decision (one the arm ran as another arm's parent) still fails it:
+    a config with a failed run, a loss off its reference at a canary seed above all, is
+    never promoted."""
     pairs = state.pairs[:state.num_decided] if state.num_decided else state.pairs
     seeds = state.seeds[:len(pairs)]
     problems = [f"{r.trial_id} ({r.role.value}) {r.outcome.value}: {r.reason}"
-                for pair in pairs for r in pair if r.outcome is not Outcome.OK]
+                for pair in state.pairs for r in pair if r.outcome is not Outcome.OK]
     good = [(a, b) for a, b in pairs if a.outcome is Outcome.OK and b.outcome is Outcome.OK]
     arm = state.arm
     common = dict(config=dict(arm.config), source_trial_id=arm.source_trial_id, arm=arm.key, kind=arm.kind,
