@@ -14,13 +14,7 @@ import numpy as np
 import pytest
 
 from infrarsi.contract.noise import cv_upper_bound, estimate_noise
-from infrarsi.stages.run.sequential import (
-    ALPHA,
-    Decision,
-    SequentialRule,
-    look,
-    pair_noise,
-)
+from infrarsi.stages.run.sequential import ALPHA, EARLY_LEVEL, Decision, SequentialRule, look, pair_noise
 
 MAX_PAIRS = 7  # the default budget.verify_pairs
 DOCTOR_RUNS = 5  # the default budget.doctor_max_repeats
@@ -116,11 +110,12 @@ def test_a_clear_3x_winner_stops_after_two_or_three_pairs(run_cv, step_cv, most_
     assert rate > 0.99 and pairs <= most_pairs
 
 
-def test_each_look_spends_its_share_of_alpha_and_the_last_look_half():
+def test_the_looks_spend_alpha_between_them_and_the_last_look_keeps_most_of_it():
+    for max_pairs, last in [(7, ALPHA / 2), (5, ALPHA - 3 * EARLY_LEVEL), (3, ALPHA - EARLY_LEVEL), (2, ALPHA)]:
+        rule = SequentialRule(max_pairs=max_pairs)
+        levels = [rule.level(n) for n in range(rule.min_pairs, max_pairs + 1)]
+        assert sum(levels) == pytest.approx(ALPHA) and levels[-1] == pytest.approx(last)
     rule = SequentialRule(max_pairs=MAX_PAIRS)
-    levels = [rule.level(n) for n in range(rule.min_pairs, MAX_PAIRS + 1)]
-    assert sum(levels) == pytest.approx(ALPHA) and levels[-1] == pytest.approx(ALPHA / 2)
-    assert SequentialRule(max_pairs=2).level(2) == ALPHA  # one look: all of it
     assert rule.multiplier(2) > rule.multiplier(3) > rule.multiplier(5)
 
 
