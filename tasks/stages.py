@@ -17,12 +17,7 @@ from infrarsi.core.errors import TrialInfrastructureError
 from infrarsi.core.options import CampaignOptions
 from infrarsi.core.workspace import CampaignDir
 from infrarsi.stages.apply import run_apply
-from infrarsi.stages.doctor import (
-    DoctorReport,
-    adopt_doctor,
-    cached_doctor_trials,
-    run_doctor,
-)
+from infrarsi.stages.doctor import DoctorReport, adopt_doctor, cached_doctor_trials, run_doctor
 from infrarsi.stages.init import start_campaign
 from infrarsi.stages.report.report import build_report
 from infrarsi.stages.run.evidence import plan_verification

@@ -18,12 +18,7 @@ import psutil
 import pytest
 
 from infrarsi.core.trial import Outcome, Role
-from infrarsi.harness.device_memory import (
-    DeviceMemoryUnavailable,
-    NvmlSource,
-    TreeDeviceGauge,
-    open_nvml_gauge,
-)
+from infrarsi.harness.device_memory import DeviceMemoryUnavailable, NvmlSource, TreeDeviceGauge, open_nvml_gauge
 from infrarsi.harness.launcher import TrialRequest, run_process_trial
 
 DEVICE_JOB = str(Path(__file__).parent / "jobs" / "device_job.py")

@@ -7,12 +7,7 @@ from pathlib import Path
 import git
 import pytest
 
-from infrarsi.adapters.git_branch import (
-    BranchError,
-    changed_paths,
-    ensure_repository,
-    stage_branch,
-)
+from infrarsi.adapters.git_branch import BranchError, changed_paths, ensure_repository, stage_branch
 from infrarsi.core.errors import PatchError
 
 TRAIN_PY = "lr = 3e-4\nbatch = 8\nsteps = 100\n"

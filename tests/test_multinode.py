@@ -14,12 +14,7 @@ import pytest
 from infrarsi.core.errors import SpecError
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.harness.launcher import TrialRequest
-from infrarsi.harness.multinode import (
-    NodeLayout,
-    merge_node_results,
-    node_argv,
-    node_request,
-)
+from infrarsi.harness.multinode import NodeLayout, merge_node_results, node_argv, node_request
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LAYOUT = NodeLayout(num_nodes=2, processes_per_node=None, gpus_per_node=0, cpus_per_node=1)

@@ -10,12 +10,7 @@ from infrarsi.core.errors import SpecError
 from infrarsi.core.options import CampaignOptions, ProposerName
 from infrarsi.core.spec_load import load_spec
 from infrarsi.proposers import proposer_names
-from infrarsi.stages.init import (
-    builtin_spec_path,
-    git_spec,
-    resolved_options,
-    start_campaign,
-)
+from infrarsi.stages.init import builtin_spec_path, git_spec, resolved_options, start_campaign
 
 
 def test_the_proposer_enum_is_the_registry():

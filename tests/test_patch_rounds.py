@@ -25,10 +25,10 @@ from infrarsi.core.trial import Outcome, Role  # noqa: E402
 from infrarsi.harness.inprocess_pool import InProcessPool  # noqa: E402
 from infrarsi.patches.patch import builtin_patches, make_diff  # noqa: E402
 from infrarsi.patches.sources import BuiltinPatchSource, PatchContext, gate  # noqa: E402
-from infrarsi.stages.run import patching  # noqa: E402
 from infrarsi.stages.calibration import calibrate_loss  # noqa: E402
 from infrarsi.stages.doctor import DoctorReport, adopt_doctor, run_doctor  # noqa: E402
 from infrarsi.stages.init import init_campaign, load_campaign  # noqa: E402
+from infrarsi.stages.run import patching  # noqa: E402
 from infrarsi.stages.run.evidence import finalist_plan  # noqa: E402
 from infrarsi.stages.run.search import run_search, search_experience  # noqa: E402
 from infrarsi.stages.run.verify import run_verification  # noqa: E402

@@ -23,13 +23,7 @@ from typing import Any
 
 import tomlkit
 
-from infrarsi.cli.init_knobs import (
-    draft_knob,
-    flag_argv,
-    kind_of,
-    one_knob_per_kind,
-    powers_of_two,
-)
+from infrarsi.cli.init_knobs import draft_knob, flag_argv, kind_of, one_knob_per_kind, powers_of_two
 from infrarsi.cli.launch_command import Flag, ParsedCommand, help_flags, parse_command
 from infrarsi.cli.log_patterns import GuessedPatterns, guess_patterns
 from infrarsi.core.errors import InfrarsiError

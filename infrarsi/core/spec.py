@@ -13,23 +13,9 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import (
-    BaseModel,
-    ByteSize,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
-from infrarsi.core.knobs import (
-    FLAG_STYLES,
-    KNOB_KINDS,
-    Constraint,
-    Knob,
-    KnobSpace,
-    patch_knob_name,
-)
+from infrarsi.core.knobs import FLAG_STYLES, KNOB_KINDS, Constraint, Knob, KnobSpace, patch_knob_name
 
 Scalar = bool | int | float | str
 # Placeholders every command template may use, besides knobs declared `placeholder = true`.

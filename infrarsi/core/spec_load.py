@@ -43,9 +43,7 @@ def parse_spec(data: dict, *, source: str, base_dir: Path) -> CampaignSpec:
 
 
 def _with_sim_defaults(data: dict, source: str) -> dict:
-    from infrarsi.sim.spec_defaults import (
-        sim_spec_defaults,  # only a sim spec needs the simulator
-    )
+    from infrarsi.sim.spec_defaults import sim_spec_defaults  # only a sim spec needs the simulator
     from infrarsi.sim.workloads import workload_names
 
     if data["sim_workload"] not in workload_names():

@@ -25,11 +25,7 @@ from scipy import optimize, special
 
 from infrarsi.core.priors import Priors
 from infrarsi.engine.encoding import PRIOR_SCALE_STD, Encoding
-from infrarsi.engine.memory_components import (
-    SHARDING_COEF_STD,
-    SHARE_LOG_STD,
-    MemoryComponents,
-)
+from infrarsi.engine.memory_components import SHARDING_COEF_STD, SHARE_LOG_STD, MemoryComponents
 
 EXACT, AT_LEAST, BELOW = 0, 1, 2  # observation kinds for ``fit``
 # Peak memory of one config repeats within a few percent; the prior lets data overrule.

@@ -24,9 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping
 
 from infrarsi.core.errors import PatchError
-from infrarsi.core.files import (
-    glob_matches,  # the rule that listed the locked files at init
-)
+from infrarsi.core.files import glob_matches  # the rule that listed the locked files at init
 from infrarsi.core.knobs import patch_knob_name
 
 __all__ = ["BUILTIN_DIR", "Patch", "builtin_patches", "check_scope", "enabled_patches",

@@ -26,12 +26,7 @@ from infrarsi.engine.encoding import Encoding
 from infrarsi.engine.memory_components import memory_components
 from infrarsi.engine.memory_model import AT_LEAST, BELOW, EXACT, MemoryModel
 from infrarsi.engine.revision import revise_priors
-from infrarsi.engine.selection import (
-    SettingEffects,
-    log_expected_improvement,
-    pair_with_savers,
-    pick_diverse,
-)
+from infrarsi.engine.selection import SettingEffects, log_expected_improvement, pair_with_savers, pick_diverse
 from infrarsi.engine.time_model import TimeModel
 from infrarsi.proposers.base import Proposer, SearchContext
 

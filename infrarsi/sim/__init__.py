@@ -9,12 +9,7 @@ from infrarsi.sim.job import Job
 from infrarsi.sim.models import ModelShape, model_shape, model_shape_names
 from infrarsi.sim.oracle import OracleResult, oracle
 from infrarsi.sim.workload import Workload
-from infrarsi.sim.workloads import (
-    BENCHMARK_WORKLOADS,
-    HELD_OUT_WORKLOADS,
-    workload,
-    workload_names,
-)
+from infrarsi.sim.workloads import BENCHMARK_WORKLOADS, HELD_OUT_WORKLOADS, workload, workload_names
 
 __all__ = [
     "BENCHMARK_WORKLOADS", "HELD_OUT_WORKLOADS", "Estimate", "Hardware", "Job", "ModelShape", "OracleResult", "SimOutcome",

@@ -25,14 +25,7 @@ from typing import Any, Callable
 from infrarsi.contract.checks import enforce
 from infrarsi.contract.loss_contract import ClassReference, LossContract
 from infrarsi.contract.loss_reference import LossReference
-from infrarsi.contract.numerics import (
-    NumericsClass,
-    changing_knobs,
-    class_config,
-    class_of,
-    describe,
-    feasible_classes,
-)
+from infrarsi.contract.numerics import NumericsClass, changing_knobs, class_config, class_of, describe, feasible_classes
 from infrarsi.core.errors import ContractError
 from infrarsi.core.knobs import Config
 from infrarsi.core.spec import ContractSpec

@@ -13,11 +13,7 @@ from infrarsi.core.files import hash_files, matching_files
 from infrarsi.core.options import CampaignOptions
 from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.spec_load import load_spec
-from infrarsi.core.workspace import (
-    CampaignDir,
-    default_campaigns_dir,
-    default_tracking_uri,
-)
+from infrarsi.core.workspace import CampaignDir, default_campaigns_dir, default_tracking_uri
 from infrarsi.harness import machine
 
 BUILTIN_SPEC = Path(__file__).resolve().parents[2] / "workloads" / "gpt" / "campaign.toml"

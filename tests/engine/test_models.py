@@ -6,15 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from synthetic_problem import (
-    BASELINE,
-    CRASH_PAIR,
-    INTERACTION,
-    MEMORY,
-    SPACE,
-    TIME,
-    SyntheticProblem,
-)
+from synthetic_problem import BASELINE, CRASH_PAIR, INTERACTION, MEMORY, SPACE, TIME, SyntheticProblem
 
 from infrarsi.core.knobs import Knob, KnobSpace
 from infrarsi.core.priors import Priors, SettingPrior

@@ -9,12 +9,7 @@ from tiny_gpt import knob_space
 from infrarsi.contract.checks import contract_problems
 from infrarsi.contract.loss_contract import ClassReference, LossContract
 from infrarsi.contract.loss_reference import Deviation, LossReference
-from infrarsi.contract.numerics import (
-    changing_knobs,
-    class_of,
-    default_numerics,
-    feasible_classes,
-)
+from infrarsi.contract.numerics import changing_knobs, class_of, default_numerics, feasible_classes
 from infrarsi.core.spec import ContractSpec, KnobSpec
 from infrarsi.core.trial import Outcome, Role, TrialResult
 

@@ -1,14 +1,7 @@
 import numpy as np
 import pytest
 
-from infrarsi.sim import (
-    BENCHMARK_WORKLOADS,
-    HELD_OUT_WORKLOADS,
-    estimate,
-    oracle,
-    simulate_trial,
-    workload,
-)
+from infrarsi.sim import BENCHMARK_WORKLOADS, HELD_OUT_WORKLOADS, estimate, oracle, simulate_trial, workload
 from infrarsi.sim.grid import feasible_columns
 from infrarsi.sim.job import columns
 

@@ -16,12 +16,7 @@ from typing import Any
 
 from infrarsi.core.trial import Outcome, TrialResult
 from infrarsi.patches.patch import Patch, contract_patches
-from infrarsi.patches.sources import (
-    PatchContext,
-    gate,
-    measurement_config,
-    patch_sources,
-)
+from infrarsi.patches.sources import PatchContext, gate, measurement_config, patch_sources
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.runtime import CampaignRuntime
 

@@ -45,13 +45,7 @@ from infrarsi.stages.budget import TrialBudgetExhausted
 from infrarsi.stages.calibration import canary_loss_check, canary_split_runner
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.run.evidence import FINALIST, LEAVE_ONE_OUT, Arm, VerificationPlan
-from infrarsi.stages.run.sequential import (
-    Decision,
-    Look,
-    SequentialRule,
-    log_ratios,
-    look,
-)
+from infrarsi.stages.run.sequential import Decision, Look, SequentialRule, log_ratios, look
 from infrarsi.stages.runtime import CampaignRuntime
 
 # A canary run whose losses sit this close to the reference's did not see its seed.
