@@ -46,7 +46,7 @@ def main() -> None:
     rows, t0 = [], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        capacity = oom_capacity(tmp)
+        capacity = oom_capacity()
         for seed in range(args.seeds):
             for proposer in args.proposers:
                 spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=args.budget, proposer=proposer,

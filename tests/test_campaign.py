@@ -22,7 +22,7 @@ from infrarsi.core.workspace import CampaignDir
 def campaign(tmp_path_factory, ray_session, prefect_harness):
     tmp = tmp_path_factory.mktemp("campaign")
     # between the micro-batch-2 peak and the hungriest corner's, both measured here
-    capacity = oom_capacity(tmp)
+    capacity = oom_capacity()
     # Without patch rounds the space is the 8 knob settings. Doctor ran the baseline and the
     # sdpa calibration variant, which the search learns from and never runs again, so the 6
     # random trials (drawn without repeats) are every other setting, the micro-batch-64 OOM

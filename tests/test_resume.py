@@ -22,7 +22,7 @@ def _cli(*args, **kw):
 
 
 def test_sigkill_then_resume_finishes_without_losing_or_rerunning_trials(tmp_path):
-    spec = tiny_spec(tmp_path, capacity_bytes=oom_capacity(tmp_path), num_trials=6,
+    spec = tiny_spec(tmp_path, capacity_bytes=oom_capacity(), num_trials=6,
                      verify_pairs=2)
     out = tmp_path / "out"
     proc = _cli(str(spec), "--out", str(out))

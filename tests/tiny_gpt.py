@@ -6,8 +6,10 @@ same spec OOMs where it should on any machine of a kind.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from infrarsi.core.knobs import Knob, KnobSpace
@@ -42,11 +44,14 @@ def measure_peak_rss(micro_batch: int, tmp: Path, *, checkpointing: str = "full"
     return min(peaks)
 
 
-def oom_capacity(tmp: Path) -> int:
+@functools.cache
+def oom_capacity() -> int:
     """A capacity three quarters of the way from the small baseline's peak to the hungriest
     corner's (micro-batch 64, no checkpointing, naive attention), both measured here the
     same way: the corner really OOMs and the baseline really fits. Trials launched through
-    Ray peaked 60-100 MiB above these probes, hence the baseline's wide margin."""
+    Ray peaked 60-100 MiB above these probes, hence the baseline's wide margin. Measured
+    once per process (four short runs): the machine's peaks do not change between tests."""
+    tmp = Path(tempfile.mkdtemp(prefix="infrarsi-oom-probe-"))
     return capacity_between(measure_peak_rss(2, tmp), measure_peak_rss(64, tmp, checkpointing="none"))
 
 
