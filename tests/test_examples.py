@@ -39,7 +39,9 @@ def _small_copy(tmp: Path, example: str, *, num_trials: int, calibration: list |
     if calibration is not None:
         spec["calibration"] = calibration
     spec["baseline"].update(baseline or {})
-    spec["budget"].update(num_trials=num_trials, doctor_repeats=3, num_finalists=1, verify_pairs=2)
+    # Three baseline runs (a weak noise estimate is no matter here) and two rounds at most.
+    spec["budget"].update(num_trials=num_trials, doctor_repeats=3, doctor_max_repeats=3, num_finalists=1,
+                          verify_pairs=2, minimize_pairs=2)
     # Timings are not asserted here: a run that other processes loaded is not measured again.
     spec["resources"]["max_remeasures"] = 0
     (folder / "campaign.toml").write_text(tomlkit.dumps(spec))
