@@ -32,13 +32,13 @@ def run_tiny(config: dict, tmp: Path, name: str, *, role: Role = Role.DOCTOR, wa
         warmup_steps=warmup_steps, num_steps=6))
 
 
-def measure_peak_rss(micro_batch: int, tmp: Path, *, checkpointing: str = "full") -> int:
+def measure_peak_rss(micro_batch: int, tmp: Path, *, checkpointing: str = "full", attention: str = "naive") -> int:
     """Peak RSS of a short tiny run, the smaller of two (a fresh install's first torch
     process of a session has peaked ~100 MB above later ones)."""
     peaks = []
     for attempt in (1, 2):
-        r = run_tiny({"micro_batch": micro_batch, "checkpointing": checkpointing, "attention": "naive"}, tmp,
-                     f"probe{micro_batch}{checkpointing}-{attempt}")
+        r = run_tiny({"micro_batch": micro_batch, "checkpointing": checkpointing, "attention": attention}, tmp,
+                     f"probe{micro_batch}{checkpointing}{attention}-{attempt}")
         assert r.outcome.value == "ok", r.reason
         peaks.append(r.peak_memory_bytes)
     return min(peaks)
