@@ -197,12 +197,13 @@ def _run_worker(job: dict) -> dict:
             **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
-def sim_part(seeds: int, workers: int, tmp: Path) -> list[dict]:
+def sim_part(seeds: int, workers: int, protocols: list[str], tmp: Path) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from infrarsi.sim.oracle import oracle
     from infrarsi.sim.workloads import workload
 
-    codes = {"old": str(_old_tree(tmp / "old")), "new": str(ROOT)}
+    codes = {"old": str(_old_tree(tmp / "old")) if "old" in protocols else "", "new": str(ROOT)}
+    codes = {p: codes[p] for p in ("old", "new") if p in protocols}
     jobs = []
     for name in SIM_WORKLOADS:
         for tuned in (False, True):
@@ -244,7 +245,8 @@ def cpu_part(runs: int, protocols: list[str], tmp: Path) -> list[dict]:
                 e = json.loads(line)
                 if e.get("kind") == "trial" and not e.get("extra", {}).get("retried"):
                     counts[_stage(e["role"], e.get("extra", {}).get("job_seed"))] += 1
-            rows.append({"protocol": protocol, "run": i, "wall_s": round(wall, 1),
+            rows.append({"protocol": protocol, "run": i, "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                         "wall_s": round(wall, 1),
                          "campaign_wall_s": s.get("campaign_wall_s"), "trials": {k: counts[k] for k in STAGES},
                          "verified_speedup": s["verified_speedup"], "speedup_ci": s["speedup_ci"],
                          "promoted": [f"{c['knob']}={c['to']}" for c in s.get("promoted_changes") or []],
@@ -297,14 +299,14 @@ def _sim_table(rows: list[dict]) -> list[str]:
 
 def _cpu_table(rows: list[dict]) -> list[str]:
     out = ["## 3. The default CPU campaign (`infrarsi campaign --json --fresh-doctor`, this machine)", "",
-           "| protocol | run | doctor | search | verification | minimization | all | outcomes | wall s | verified "
-           "(90% CI) | promoted changes |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| protocol | run | date | doctor | search | verification | minimization | all | outcomes | wall s | "
+           "verified (90% CI) | promoted changes |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         t = r["trials"]
         ci = f" ({r['speedup_ci'][0]:.2f}-{r['speedup_ci'][1]:.2f})" if r["speedup_ci"] else ""
         verified = f"{r['verified_speedup']:.2f}x{ci}" if r["verified_speedup"] else "none"
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r["trials_by_outcome"].items()))
-        out.append(f"| {r['protocol']} | {r['run']} | " + " | ".join(str(t[s]) for s in STAGES)
+        out.append(f"| {r['protocol']} | {r['run']} | {r.get('date', '')} | " + " | ".join(str(t[s]) for s in STAGES)
                    + f" | {sum(t.values())} | {outcomes} | {r['campaign_wall_s']} | {verified} | {', '.join(r['promoted'])} |")
     return out + [""]
 
@@ -333,11 +335,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="campaign-cost-") as tmp:
         for part in (p for p in args.parts if p != "render"):
             t0 = time.perf_counter()
-            rows = (rule_part(args.repeats) if part == "rule" else sim_part(args.seeds, args.workers, Path(tmp))
+            rows = (rule_part(args.repeats) if part == "rule"
+                    else sim_part(args.seeds, args.workers, args.protocols, Path(tmp))
                     if part == "sim" else cpu_part(args.cpu_runs, args.protocols, Path(tmp)))
-            if part == "cpu" and "cpu" in results:  # runs of the other protocol are kept
-                rows = [r for r in results["cpu"]["rows"] if r["protocol"] not in args.protocols] + rows
-            results[part] = {"rows": rows, "wall_s": round(time.perf_counter() - t0, 1),
+            if part in ("sim", "cpu") and part in results:  # rows of a protocol not run again are kept
+                kept = [r for r in results[part]["rows"] if r["protocol"] not in args.protocols]
+                rows = kept + rows
+                if kept:
+                    prior = results[part].get("earlier", []) + [results[part]["command"]]
+                    results[part] = {**results[part], "earlier": sorted(set(prior))}
+            results[part] = {**results.get(part, {}), "rows": rows, "wall_s": round(time.perf_counter() - t0, 1),
                              "command": "python benchmarks/campaign_cost.py " + " ".join(sys.argv[1:])}
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
@@ -347,7 +354,9 @@ def main() -> int:
     for part, table in (("rule", _rule_table), ("sim", _sim_table), ("cpu", _cpu_table)):
         if part in results:
             lines += table(results[part]["rows"])
-            lines += [f"`{results[part]['command']}`: {results[part]['wall_s']:.0f} s.", ""]
+            lines += [f"`{results[part]['command']}`: {results[part]['wall_s']:.0f} s."
+                      + "".join(f" Rows of a protocol it did not run come from an earlier `{c}`."
+                                for c in results[part].get("earlier", [])), ""]
     (args.out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -49,23 +49,36 @@ def runtime(tmp_path):
     rt.close()
 
 
-def _history(noop_runs: int) -> list[TrialResult]:
+def _history(noop_runs: int, cap_s: float = 0.140) -> list[TrialResult]:
     runs = [_run(i, {}, 0.3 * (1 + 0.002 * (-1) ** i), role=Role.DOCTOR) for i in range(1, 6)]
     # noop does nothing, measured as often as asked; sleep 0.15 halves the step time
     runs += [_run(10 + i, {"noop": "b"}, 0.3 * (1 + 0.002 * (-1) ** i)) for i in range(noop_runs)]
     runs += [_run(30, {"sleep": 0.15}, 0.150), _run(31, {"sleep": 0.15, "noop": "b"}, 0.149),
-             _run(32, {"sleep": 0.15, "cap": "on", "noop": "b"}, 0.140)]
+             _run(32, {"sleep": 0.15, "cap": "on", "noop": "b"}, cap_s)]
     return runs
 
 
-def test_a_change_measured_often_enough_is_called_and_the_rest_are_measured(runtime):
+def test_a_change_one_run_puts_well_above_the_floor_is_kept_without_a_trial(runtime):
+    # one run of cap, 6% faster: its interval straddles the 3% floor, but the model leans
+    # far to "it pays", so it is kept; noop, eight runs of nothing, is reverted in the smaller
+    # config, which verification measures; no leave-one-out arm
     plan = plan_verification(runtime, _doctor(0.03), _history(noop_runs=8))
+    calls = {c.knob: c for c in plan.changes[plan.leader.key]}
+    cap = calls["cap"]
+    assert cap.call == PAYS and cap.predicted_low < 1.03 < cap.predicted and "likely to pay" in cap.reason
+    assert [a.kind for a in plan.arms] == [FINALIST, SMALLER]
+    assert plan.arms[1].config == {"sleep": 0.15, "noop": "a", "cap": "on"}
+
+
+def test_a_change_measured_often_enough_is_called_and_the_rest_are_measured(runtime):
+    # cap's one run sits at the 3% floor: the model cannot lean either way, so it is measured
+    plan = plan_verification(runtime, _doctor(0.03), _history(noop_runs=8, cap_s=0.149 / 1.03))
     leader = plan.leader
     assert leader.kind == FINALIST and leader.config == {"sleep": 0.15, "noop": "b", "cap": "on"}
     calls = {c.knob: c for c in plan.changes[leader.key]}
     assert calls["sleep"].call == PAYS and calls["sleep"].predicted_low > 1.5  # halves the step: no trial
     assert calls["noop"].call == IDLE and calls["noop"].predicted_high < 1.03  # eight runs show it does nothing
-    assert calls["cap"].call == UNCERTAIN  # one run: the model cannot tell its 7% from the 3% floor
+    assert calls["cap"].call == UNCERTAIN and "cannot call" in calls["cap"].reason
     smaller = next(a for a in plan.arms if a.kind == SMALLER)
     assert smaller.config == {"sleep": 0.15, "noop": "a", "cap": "on"} and smaller.reverts == ("noop",)
     [alone] = [a for a in plan.arms if a.kind == LEAVE_ONE_OUT]
@@ -87,3 +100,13 @@ def test_nothing_that_beats_the_noise_means_nothing_to_verify(runtime):
     history = [_run(i, {}, 0.3, role=Role.DOCTOR) for i in range(1, 6)] + [_run(9, {"noop": "b"}, 0.29)]
     plan = plan_verification(runtime, _doctor(0.05), history)
     assert plan.arms == () and "nothing to verify" in plan.note
+
+
+def test_a_runner_up_that_cannot_be_a_floor_ahead_of_the_leader_is_not_verified(runtime):
+    # cap's one run is 0.3% faster than the config without it: the model gives that config a
+    # ~40% chance of being faster than the leader, but under 10% of being faster by more than
+    # the 3% floor, the least gap verification could tell apart; a second finalist would be a
+    # second run of the same speed
+    plan = plan_verification(runtime, _doctor(0.03), _history(noop_runs=8, cap_s=0.1485))
+    assert runtime.spec.budget.num_finalists == 2
+    assert [a.kind for a in plan.arms if a.kind == FINALIST] == [FINALIST]

@@ -29,11 +29,16 @@ def test_the_built_in_campaign_plans_each_stage_at_most():
     # doctor: 5 baseline runs, 3 calibration variants, and for the bf16 class its reference
     # and the two honest splits (micro-batch 4; 2 processes x 1 thread) run in bf16
     assert doctor_trials(spec) == 5 + 3 + 1 * (1 + 2)
-    # verification at its longest: 7 rounds of the baseline, the bf16 reference, 2
-    # finalists, a smaller config and a leave-one-out, plus one round of bf16 splits
+    assert verification_reserve(spec) == 2 * (1 + 1 + 1)  # two pairs of the leader, with a bf16 reference
+    # the spec caps the campaign at 45: doctor's 10 runs (the bf16 variant is the class's
+    # reference) leave the search its 20 trials and verification 15
+    assert trial_cap(spec, 20) == 45 and search_trials(spec, 20, doctor_used=10) == 20
+    # unset, the cap is the protocol's plan at its longest: 7 rounds of the baseline, the
+    # bf16 reference, 2 finalists, a smaller config and a leave-one-out, plus one round of
+    # bf16 splits
+    spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_trials": None})})
     assert trial_cap(spec, 20) == doctor_trials(spec) + 20 + 7 * (1 + 1 + 2 + 2) + 1 * 2
     assert trial_cap(spec, 4) == trial_cap(spec, 20) - 16
-    assert verification_reserve(spec) == 2 * (1 + 1 + 1)  # two pairs of the leader, with a bf16 reference
 
 
 def _sim_spec(tmp_path, budget: str):

@@ -4,9 +4,10 @@ A *trial* is one config measured once: the attempts of a trial that a loaded mac
 the harness measure again, or that a lost Ray actor cut short, are the same trial. The
 cap is ``budget.max_trials``; unset, it is what the protocol plans at most: doctor's
 baseline runs and calibration (every class reference and every honest split in each
-class), the search, and verification at its longest (``verify_pairs`` rounds of the
-baseline, a reference per numerics class, the finalists, a smaller config and one
-leave-one-out, plus one round's worth of the honest splits a canary check may need).
+class), the search, and verification at its longest (``verify_pairs`` rounds, or
+``minimize_pairs`` where more, of the baseline, a reference per numerics class, the
+finalists, a smaller config and one leave-one-out, plus one round's worth of the honest
+splits a canary check may need).
 Before each trial the runtime checks the cap (``TrialBudgetExhausted`` past it), the
 search stops early enough to leave verification ``verification_reserve`` trials, and
 verification plans its rounds within what is left. So the progress bar's total, the cap,
@@ -59,7 +60,8 @@ def trial_cap(spec: CampaignSpec, num_trials: int) -> int:
     b = spec.budget
     others, splits = _classes_and_splits(spec)
     arms = b.num_finalists + (2 if b.minimize_pairs else 0)
-    verify = b.verify_pairs * (1 + others + arms) + others * splits
+    rounds = max(b.verify_pairs, b.minimize_pairs)  # a leave-one-out arm may run past the finalists
+    verify = rounds * (1 + others + arms) + others * splits
     return doctor_trials(spec) + num_trials + verify
 
 

@@ -85,9 +85,19 @@ class MinimizeReport:
                       "final": VerificationReport.from_json(d["final"])})
 
 
+# A calibration variant's one run is held to doctor's median within this many noise
+# widths, and never less than INERT_MIN: at one width a variant that does nothing read as
+# moving the speed about a third of the time (the noise is one run's spread, the run is one
+# draw of it), and on a machine as quiet as 0.08% a sleep-timed job's no-op variant ran
+# 0.23% off the median, a drift five back-to-back runs had not shown.
+INERT_WIDTHS = 3.0
+INERT_MIN = 0.005
+
+
 def inert_knobs(rt: CampaignRuntime, doctor: DoctorReport) -> dict[str, Value]:
     """Single-knob calibration variants that moved the loss no more than baseline repeats
-    do and the step time no more than the noise: {knob: value}."""
+    do and the step time no more than the noise (``INERT_WIDTHS`` of it, at least
+    ``INERT_MIN``): {knob: value}."""
     repeats = max((abs(r.get("deviation") or 0.0) for r in doctor.calibration
                    if r.get("config") == "baseline repeats"), default=0.0)
     times = {t.trial_id: t.step_time_s for t in rt.ledger.trials() if t.role is Role.CALIBRATE}
@@ -96,7 +106,7 @@ def inert_knobs(rt: CampaignRuntime, doctor: DoctorReport) -> dict[str, Value]:
         cfg, t = row.get("config"), times.get(row.get("trial_id"))
         if not isinstance(cfg, dict) or len(cfg) != 1 or row.get("deviation") is None or t is None:
             continue
-        if abs(row["deviation"]) <= repeats and abs(t / doctor.step_time_s - 1) <= doctor.noise_cv:
+        if abs(row["deviation"]) <= repeats and abs(t / doctor.step_time_s - 1) <= max(INERT_WIDTHS * doctor.noise_cv, INERT_MIN):
             out.update(cfg)
     return out
 

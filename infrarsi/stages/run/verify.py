@@ -9,8 +9,9 @@ After each round, ``infrarsi.stages.run.sequential`` looks at every open arm: a 
 config whose lower bound clears 1 + the noise floor (doctor's, raised to the per-run
 noise its own pairs show where that is larger) is decided and stops running, as is one
 that can no longer clear; a leave-one-out arm is decided when its contribution (its
-objective over its parent's in the same rounds) clearly pays or clearly does not, and its
-parent runs as long as it does. A run that fails ends its arm: a config with a failed run
+objective over its parent's in the same rounds) clearly pays, or clearly does not and
+its own test against the baseline has decided too (it may be promoted in its parent's
+place), and its parent runs as long as it does. A run that fails ends its arm: a config with a failed run
 is never promoted. With a declared job length the ratios are of whole-job times (start-up
 plus steps x step time), and the per-step speedup is reported beside them.
 
@@ -186,11 +187,20 @@ def _decide(state: _Arm, states: Mapping[str, _Arm], floor: float, steps: float 
         lk = objective_look(state.rule, [x for _, x in both], [p for p, _ in both], floor, steps)
         why = {Decision.CLEARS: "its change pays", Decision.CANNOT_CLEAR: "measured to its last pair"
                if lk.num_pairs >= state.rule.max_pairs else "its change does not pay"}.get(lk.decision)
+        if why == "its change does not pay" and _own_look(state, floor, steps).decision is Decision.CONTINUE:
+            # it may be promoted in its parent's place, which needs it to clear the baseline on
+            # its own pairs: two pairs whose baselines' start-ups differed once left it short
+            why = None
     else:
-        lk = objective_look(state.rule, [x for x, _ in state.pairs], [y for _, y in state.pairs], floor, steps)
-        why = {Decision.CLEARS: "it clears", Decision.CANNOT_CLEAR: "it cannot clear"}.get(lk.decision)
+        why = {Decision.CLEARS: "it clears", Decision.CANNOT_CLEAR: "it cannot clear"}.get(
+            _own_look(state, floor, steps).decision)
     if why:
         state.decided, state.num_decided = why, len(state.pairs)
+
+
+def _own_look(state: _Arm, floor: float, steps: float | None) -> Look:
+    """The arm against the baseline, on its pairs so far."""
+    return objective_look(state.rule, [x for x, _ in state.pairs], [y for _, y in state.pairs], floor, steps)
 
 
 def _shared(parent: _Arm, child: _Arm) -> list[tuple[TrialResult, TrialResult]]:
