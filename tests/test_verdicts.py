@@ -33,3 +33,30 @@ def test_a_run_that_failed_after_the_decision_still_fails_the_verdict():
     verdict = _verdict(_state(Outcome.CONTRACT_VIOLATION), 0.05, None)
     assert not verdict.promoted and not verdict.clears
     assert "b2 (verify) contract_violation" in verdict.reason
+
+
+def test_a_leave_one_out_arm_whose_change_does_not_pay_runs_until_it_clears_on_its_own():
+    """Two pairs show the change left out does not pay (the arm runs as fast as its parent),
+    but two pairs whose baselines differed cannot clear the baseline at an early look: the
+    arm, which may be promoted in its parent's place, runs another round instead of stopping
+    with a verdict that could never promote it."""
+    from infrarsi.stages.run.evidence import LEAVE_ONE_OUT
+    from infrarsi.stages.run.verify import _decide
+
+    parent = _Arm(arm=Arm(key="finalist 1", kind=FINALIST, config={"x": 1}, source_trial_id="t0009", max_pairs=3),
+                  rule=SequentialRule(max_pairs=3))
+    child = _Arm(arm=Arm(key="finalist 1 less x", kind=LEAVE_ONE_OUT, config={"x": 0}, source_trial_id="t0009",
+                         max_pairs=3, parent="finalist 1", reverts=("x",)), rule=SequentialRule(max_pairs=3))
+    for i, (base, fast) in enumerate(((1.0, 0.5), (1.3, 0.5))):  # the baseline's time moved 30% between rounds
+        a = _run(f"a{i}", base, Role.VERIFY_BASELINE)
+        parent.pairs.append((a, _run(f"p{i}", fast, Role.VERIFY)))
+        child.pairs.append((a, _run(f"c{i}", fast * 1.0001, Role.MINIMIZE)))
+    states = {s.arm.key: s for s in (parent, child)}
+    _decide(child, states, 0.05, None)
+    assert child.open  # its change does not pay, yet it has not cleared the baseline
+    third = _run("a2", 1.1, Role.VERIFY_BASELINE)
+    parent.pairs.append((third, _run("p2", 0.5, Role.VERIFY)))
+    child.pairs.append((third, _run("c2", 0.5 * 1.0001, Role.MINIMIZE)))
+    _decide(child, states, 0.05, None)
+    assert child.decided == "its change does not pay" or child.decided == "measured to its last pair"
+    assert _verdict(child, 0.05, None).clears
