@@ -110,3 +110,19 @@ def test_a_runner_up_that_cannot_be_a_floor_ahead_of_the_leader_is_not_verified(
     plan = plan_verification(runtime, _doctor(0.03), _history(noop_runs=8, cap_s=0.1485))
     assert runtime.spec.budget.num_finalists == 2
     assert [a.kind for a in plan.arms if a.kind == FINALIST] == [FINALIST]
+
+
+def test_under_a_trial_cap_the_arms_run_the_rounds_it_affords_and_the_last_arm_leaves_first(tmp_path):
+    # 11 trials left: a round of the baseline, the finalist, the smaller config and cap's
+    # leave-one-out costs 4, two rounds only; without the leave-one-out it costs 3, three
+    # rounds, and each arm's sequential test ends there (its last look at the third pair)
+    spec = _spec(tmp_path, knobs=KNOBS, baseline=BASELINE, verify_pairs=7)
+    contract, cdir = init_campaign(spec, tmp_path / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True, max_trials=11))
+    try:
+        plan = plan_verification(rt, _doctor(0.03), _history(noop_runs=8, cap_s=0.149 / 1.03))
+    finally:
+        rt.close()
+    assert [a.kind for a in plan.arms] == [FINALIST, SMALLER]
+    assert [a.max_pairs for a in plan.arms] == [3, 3] and "affords 3 round(s) of 2 arm(s)" in plan.note
+    assert {c.knob: c.call for c in plan.changes[plan.leader.key]}["cap"] == UNCERTAIN  # called, not measured

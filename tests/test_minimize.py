@@ -25,7 +25,8 @@ FAKE = Path(__file__).parent / "fake_workload.py"
 
 
 def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", objective: str = "",
-          seed_mode: str = "ignore", minimize_pairs: int = 3, doctor_max_repeats: int = 5) -> Path:
+          seed_mode: str = "ignore", minimize_pairs: int = 3, doctor_max_repeats: int = 5,
+          verify_pairs: int = 2) -> Path:
     work = tmp / "fake"
     work.mkdir(exist_ok=True)
     shutil.copy(FAKE, work / "fake_workload.py")
@@ -42,7 +43,7 @@ def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", ob
               "[device]", "memory_capacity = 2147483648", "emulate_capacity = false",
               # sleeps are not slowed by other processes' CPU load: no re-measurements
               "[resources]", "cpus_per_trial = 1", "max_foreign_load_cores = 1000",
-              "[budget]", "num_trials = 1", "verify_pairs = 2", f"minimize_pairs = {minimize_pairs}",
+              "[budget]", "num_trials = 1", f"verify_pairs = {verify_pairs}", f"minimize_pairs = {minimize_pairs}",
               "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}", objective]
     path = tmp / "fake.toml"
     path.write_text("\n".join(lines) + "\n")

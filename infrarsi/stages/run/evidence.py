@@ -34,12 +34,13 @@ verifies the same arms even if the bank or the priors changed meanwhile.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
+from infrarsi.contract.loss_contract import LossContract
 from infrarsi.core.knobs import Config, Value
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.proposers.engine_proposer import CRASH_BAR, FIT_BAR
@@ -64,6 +65,13 @@ _Z = float(stats.norm.ppf(0.5 + INTERVAL / 2))
 # 13.9% floor left four of the leader's six changes straddling it (P(it pays) 0.07-0.72);
 # at 2/3 all four are called and the smaller config tests the three that lean idle at once.
 LEAN = 2 / 3
+# Under a trial cap, the arms run at most the rounds the cap affords with every arm in each
+# round, and each arm's sequential test has its last look there; arms leave (leave-one-out
+# first, then the smaller config, then runners-up) while fewer than this many rounds fit.
+# A test whose last look is at pair 7 decides little at pair 3 (t = 9.9 at 0.5%); one that
+# ends at pair 3 does (t = 3.1 at 4.5%): a capped default campaign once ran three rounds of
+# a 3.2x leader that its early looks could not clear, and promoted a 2.2x smaller arm.
+MIN_ROUNDS = 3
 
 PAYS, IDLE, UNCERTAIN, NEEDED, COUPLED = "pays", "idle", "uncertain", "needed", "coupled"
 FINALIST, SMALLER, LEAVE_ONE_OUT = "finalist", "smaller", "leave_one_out"
@@ -292,10 +300,32 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
         calls[arms[0].key] = changes
         counts = {c: sum(1 for x in changes if x.call == c) for c in (PAYS, IDLE, UNCERTAIN, NEEDED, COUPLED)}
         note += "; the leader's changes: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n)
+    arms, rounds = within_cap(arms, rt.trials_left, doctor)
+    if rounds < budget.verify_pairs:
+        note += f"; the trial cap affords {rounds} round(s) of {len(arms)} arm(s)"
     plan = VerificationPlan(arms=tuple(arms), changes={k: tuple(v) for k, v in calls.items()},
                             noise_floor=doctor.noise_cv, note=note)
     rt.cdir.write_json(rt.cdir.plan, plan.to_json())
     return plan
+
+
+def round_cost(arms: Sequence[Arm], doctor: DoctorReport) -> int:
+    """Trials one round of ``arms`` runs: the baseline, a reference per other numerics class, each arm."""
+    losses = doctor.loss_reference
+    classes = {losses.class_of(a.config) for a in arms} - {()} if isinstance(losses, LossContract) else set()
+    return 1 + len(classes) + len(arms)
+
+
+def within_cap(arms: Sequence[Arm], trials_left: int, doctor: DoctorReport) -> tuple[list[Arm], int]:
+    """The arms the cap leaves room for and the rounds it affords them, each arm's most
+    pairs cut to those rounds (never below two): arms leave from the last while fewer than
+    ``MIN_ROUNDS`` rounds of all of them fit. Decided before any round runs, from the plan
+    and the trials left alone, so the looks' error spending does not depend on the pairs."""
+    arms = list(arms)
+    while len(arms) > 1 and trials_left // round_cost(arms, doctor) < MIN_ROUNDS:
+        arms.pop()
+    rounds = trials_left // round_cost(arms, doctor) if arms else 0
+    return [replace(a, max_pairs=max(2, min(a.max_pairs, rounds))) for a in arms], rounds
 
 
 def finalist_plan(rt: CampaignRuntime, doctor: DoctorReport, trials: Sequence[TrialResult]) -> VerificationPlan:

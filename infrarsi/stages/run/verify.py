@@ -24,7 +24,9 @@ while skipping the work is indistinguishable from an honest one; at a seed it ha
 seen, its replayed trajectory no longer matches. A job that ignores the seed it is given
 defeats this; ``canary_check`` says so instead of counting it as a check.
 
-Rounds fit the campaign's trial cap: an arm that would not fit is left out, the
+Rounds fit the campaign's trial cap: the plan already cut each arm's most pairs to the
+rounds the cap affords (``evidence.within_cap``), and a round that would still not fit
+(a reference or a canary split the plan did not foresee) leaves arms out, the
 leave-one-out arms first, then the smaller config, then runners-up; the leader last.
 Every run is a ledger line, and a resumed campaign takes the recorded runs back instead
 of running them again.
