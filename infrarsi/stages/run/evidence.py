@@ -15,9 +15,9 @@ From them:
   above 1 + the noise floor pays and is kept without a trial; one whose interval lies
   below it is *idle*. Where the interval straddles the floor but the posterior leans
   far one way (P(it pays) at least ``LEAN`` with the interval above 1, or at most
-  1 - ``LEAN``), the change is called as it leans; the rest are *uncertain*. A change without which a recorded run
-  failed, or without which the memory model does not expect the config to fit, is
-  *needed*; one whose reversal breaks a constraint is *coupled*. With a declared job
+  1 - ``LEAN``), the change is called as it leans; the rest are *uncertain*. A change
+  without which a recorded run failed, or without which the memory model does not expect
+  the config to fit, is *needed*; one whose reversal breaks a constraint is *coupled*. With a declared job
   length the objective includes start-up, which the model does not predict: every change
   is then uncertain.
 - **Arms**: the finalists; the leader less every idle change that can go (kept feasible
@@ -61,16 +61,17 @@ _Z = float(stats.norm.ppf(0.5 + INTERVAL / 2))
 # interval far below 1 whatever its mean), reverted with the idle changes in the smaller
 # config at P(it pays) <= 1 - LEAN. Neither call can cost speed unseen: a kept change is
 # in the config verification measures, and a reverted one is dropped only when the
-# smaller config, measured, holds up. Only the changes in between get a leave-one-out arm. Chosen on one default CPU campaign's ledger (in-sample): its
-# 13.9% floor left four of the leader's six changes straddling it (P(it pays) 0.07-0.72);
-# at 2/3 all four are called and the smaller config tests the three that lean idle at once.
+# smaller config, measured, holds up. Only the changes in between get a leave-one-out
+# arm. Chosen on one default CPU campaign's ledger (in-sample): its 13.9% floor left four
+# of the leader's six changes straddling it (P(it pays) 0.07-0.72); at 2/3 all four are
+# called and the smaller config tests the three that lean idle at once.
 LEAN = 2 / 3
 # Under a trial cap, the arms run at most the rounds the cap affords with every arm in each
 # round, and each arm's sequential test has its last look there; arms leave (leave-one-out
 # first, then the smaller config, then runners-up) while fewer than this many rounds fit.
 # A test whose last look is at pair 7 decides little at pair 3 (t = 9.9 at 0.5%); one that
 # ends at pair 3 does (t = 3.1 at 4.5%): a capped default campaign once ran three rounds of
-# a 3.2x leader that its early looks could not clear, and promoted a 2.2x smaller arm.
+# a 3.2x leader that its early looks could not clear, and promoted a 2.2x leave-one-out arm.
 MIN_ROUNDS = 3
 
 PAYS, IDLE, UNCERTAIN, NEEDED, COUPLED = "pays", "idle", "uncertain", "needed", "coupled"

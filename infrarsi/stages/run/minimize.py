@@ -106,7 +106,8 @@ def inert_knobs(rt: CampaignRuntime, doctor: DoctorReport) -> dict[str, Value]:
         cfg, t = row.get("config"), times.get(row.get("trial_id"))
         if not isinstance(cfg, dict) or len(cfg) != 1 or row.get("deviation") is None or t is None:
             continue
-        if abs(row["deviation"]) <= repeats and abs(t / doctor.step_time_s - 1) <= max(INERT_WIDTHS * doctor.noise_cv, INERT_MIN):
+        moved = abs(t / doctor.step_time_s - 1)
+        if abs(row["deviation"]) <= repeats and moved <= max(INERT_WIDTHS * doctor.noise_cv, INERT_MIN):
             out.update(cfg)
     return out
 

@@ -11,9 +11,10 @@ noise its own pairs show where that is larger) is decided and stops running, as 
 that can no longer clear; a leave-one-out arm is decided when its contribution (its
 objective over its parent's in the same rounds) clearly pays, or clearly does not and
 its own test against the baseline has decided too (it may be promoted in its parent's
-place), and its parent runs as long as it does. A run that fails ends its arm: a config with a failed run
-is never promoted. With a declared job length the ratios are of whole-job times (start-up
-plus steps x step time), and the per-step speedup is reported beside them.
+place), and its parent runs as long as it does. A run that fails ends its arm: a config
+with a failed run is never promoted. With a declared job length the ratios are of
+whole-job times (start-up plus steps x step time), and the per-step speedup is reported
+beside them.
 
 Each round runs at its own canary seed (the contract's seed + 1000 + round), and every
 arm's losses are compared with a run in its own numerics at that seed (a candidate in
