@@ -197,13 +197,17 @@ def _run_worker(job: dict) -> dict:
             **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
+def _codes(protocols: list[str], tmp: Path) -> dict[str, str]:
+    """Each protocol's code folder, for PYTHONPATH: the old one exported once."""
+    return {p: str(_old_tree(tmp / "old")) if p == "old" else str(ROOT) for p in protocols}
+
+
 def sim_part(seeds: int, workers: int, protocols: list[str], tmp: Path) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from infrarsi.sim.oracle import oracle
     from infrarsi.sim.workloads import workload
 
-    codes = {"old": str(_old_tree(tmp / "old")) if "old" in protocols else "", "new": str(ROOT)}
-    codes = {p: codes[p] for p in ("old", "new") if p in protocols}
+    codes = _codes(protocols, tmp)
     jobs = []
     for name in SIM_WORKLOADS:
         for tuned in (False, True):
@@ -226,7 +230,7 @@ def sim_part(seeds: int, workers: int, protocols: list[str], tmp: Path) -> list[
 
 # ---- part 3: the default CPU campaign -----------------------------------------------------
 def cpu_part(runs: int, protocols: list[str], tmp: Path) -> list[dict]:
-    codes = {"old": str(_old_tree(tmp / "old")) if "old" in protocols else "", "new": str(ROOT)}
+    codes = _codes(protocols, tmp)
     rows = []
     for i in range(runs):
         for protocol in protocols:

@@ -125,4 +125,5 @@ def test_under_a_trial_cap_the_arms_run_the_rounds_it_affords_and_the_last_arm_l
         rt.close()
     assert [a.kind for a in plan.arms] == [FINALIST, SMALLER]
     assert [a.max_pairs for a in plan.arms] == [3, 3] and "affords 3 round(s) of 2 arm(s)" in plan.note
-    assert {c.knob: c.call for c in plan.changes[plan.leader.key]}["cap"] == UNCERTAIN  # called, not measured
+    # cap is still uncertain: its leave-one-out arm, not the call, left for the cap
+    assert {c.knob: c.call for c in plan.changes[plan.leader.key]}["cap"] == UNCERTAIN

@@ -310,11 +310,20 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
     return plan
 
 
-def round_cost(arms: Sequence[Arm], doctor: DoctorReport) -> int:
-    """Trials one round of ``arms`` runs: the baseline, a reference per other numerics class, each arm."""
+def round_runs(arms: Sequence[Arm], doctor: DoctorReport) -> list[tuple[Config, Role]]:
+    """The runs one round of ``arms`` makes: the baseline, a reference per other numerics
+    class among them, each arm."""
     losses = doctor.loss_reference
-    classes = {losses.class_of(a.config) for a in arms} - {()} if isinstance(losses, LossContract) else set()
-    return 1 + len(classes) + len(arms)
+    runs = [(dict(doctor.baseline), Role.VERIFY_BASELINE)] + [(a.config, a.role) for a in arms]
+    if isinstance(losses, LossContract):
+        classes = {losses.class_of(a.config) for a in arms} - {()}
+        runs += [(losses.reference_config(c), Role.VERIFY_BASELINE) for c in classes]
+    return runs
+
+
+def round_cost(arms: Sequence[Arm], doctor: DoctorReport) -> int:
+    """Trials one round of ``arms`` runs."""
+    return len(round_runs(arms, doctor))
 
 
 def within_cap(arms: Sequence[Arm], trials_left: int, doctor: DoctorReport) -> tuple[list[Arm], int]:
@@ -325,7 +334,7 @@ def within_cap(arms: Sequence[Arm], trials_left: int, doctor: DoctorReport) -> t
     arms = list(arms)
     while len(arms) > 1 and trials_left // round_cost(arms, doctor) < MIN_ROUNDS:
         arms.pop()
-    rounds = trials_left // round_cost(arms, doctor) if arms else 0
+    rounds = trials_left // round_cost(arms, doctor)
     return [replace(a, max_pairs=max(2, min(a.max_pairs, rounds))) for a in arms], rounds
 
 

@@ -48,7 +48,7 @@ from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.stages.budget import TrialBudgetExhausted
 from infrarsi.stages.calibration import canary_loss_check, canary_split_runner
 from infrarsi.stages.doctor import DoctorReport
-from infrarsi.stages.run.evidence import FINALIST, LEAVE_ONE_OUT, Arm, VerificationPlan
+from infrarsi.stages.run.evidence import FINALIST, LEAVE_ONE_OUT, Arm, VerificationPlan, round_runs
 from infrarsi.stages.run.sequential import Decision, Look, SequentialRule, log_ratios, look
 from infrarsi.stages.runtime import CampaignRuntime
 
@@ -222,13 +222,8 @@ def _needed(states: list[_Arm]) -> list[_Arm]:
 
 
 def _cost(rt: CampaignRuntime, doctor: DoctorReport, replay: Replay, arms: list[_Arm], seed: int) -> int:
-    """New trials a round of ``arms`` runs: the baseline, a reference per other numerics class, each arm."""
-    losses = doctor.loss_reference
-    configs = [(doctor.baseline, Role.VERIFY_BASELINE)] + [(s.arm.config, s.arm.role) for s in arms]
-    if isinstance(losses, LossContract):
-        classes = {losses.class_of(s.arm.config) for s in arms} - {()}
-        configs += [(losses.reference_config(c), Role.VERIFY_BASELINE) for c in classes]
-    return sum(1 for cfg, role in configs if not replay.has(cfg, role, seed))
+    """New trials a round of ``arms`` runs (``evidence.round_runs``) that a killed campaign did not record."""
+    return sum(1 for cfg, role in round_runs([s.arm for s in arms], doctor) if not replay.has(cfg, role, seed))
 
 
 def _fit_budget(rt: CampaignRuntime, doctor: DoctorReport, replay: Replay, states: list[_Arm], seed: int) -> list[_Arm]:
