@@ -87,10 +87,12 @@ def summarise(runs: list[dict], oracles: dict[str, dict], budgets: list[int]) ->
                 total_s += total
                 scored.append({**sc, "workload": r["workload"], "seed": r["seed"]})
             fr = [x["fraction_of_oracle"] for x in scored]
+            num_runs = len(fr)
             overall.append({"proposer": p, "budget": b, "num_runs": len(fr), "median": statistics.median(fr),
                             "worst_decile": float(np.percentile(fr, 10)), "mean": statistics.fmean(fr),
                             "interval_90": _job_bootstrap(scored),
                             "failed_time_share": fail_s / total_s if total_s else 0.0,
+                            "trial_hours_per_run": total_s / 3600 / num_runs if num_runs else 0.0,
                             "oom": sum(x["oom"] for x in scored), "crash": sum(x["crash"] for x in scored)})
             for name in oracles:
                 js = [x for x in scored if x["workload"] == name]
@@ -113,17 +115,19 @@ def markdown(split: str, oracles: dict, summary: dict, meta: dict) -> str:
                if len(oracles) < meta["num_jobs_planned"] else []),
              "Fraction of the oracle's speedup over every (job, seed) run, with 90% intervals from resampling "
              "jobs; failed share = simulated trial time spent in OOMs and crashes over all trial time, pooled "
-             "over runs.", ""]
+             "over runs; trial hours = simulated wall time of the search's trials (start-up, compiling, "
+             "steps) per run, mean over runs.", ""]
     for b in meta["budgets"]:
-        lines += [f"## Budget {b}", "", "| proposer | given | median | worst decile | mean | failed time share | OOM | crash |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"## Budget {b}", "", "| proposer | given | median | worst decile | mean | failed time share | "
+                  "trial hours | OOM | crash |", "|---|---|---|---|---|---|---|---|---|"]
         rows = sorted((r for r in summary["overall"] if r["budget"] == b), key=lambda r: -r["mean"])
         for r in rows:
             ci = r.get("interval_90", {})
             cells = [f"{r[k]:.3f}" + (" ({:.3f}-{:.3f})".format(*ci[k]) if k in ci else "")
                      for k in ("median", "worst_decile", "mean")]
-            lines.append(f"| {r['proposer']} | {GIVEN.get(r['proposer'], '')} | " + " | ".join(cells) +
-                         f" | {r['failed_time_share']:.1%} | {r['oom']} | {r['crash']} |")
+            lines.append(f"| {r['proposer']} | {GIVEN.get(r['proposer'].split('@')[0], '')} | " + " | ".join(cells) +
+                         f" | {r['failed_time_share']:.1%} | {r.get('trial_hours_per_run', float('nan')):.2f} | "
+                         f"{r['oom']} | {r['crash']} |")
         lines.append("")
     b = 20 if 20 in meta["budgets"] else meta["budgets"][-1]
     proposers = sorted({r["proposer"] for r in summary["per_job"]})

@@ -37,6 +37,9 @@ from infrarsi.sim import BENCHMARK_WORKLOADS, oracle, sim_workload, simulate_tri
 
 # A proposer named "<name>+warm" starts from the engine's start configs (the same warm start).
 WARM_SUFFIX = "+warm"
+# "engine@cost=X": the engine with its acquisition divided by predicted trial cost ** X
+# (``engine_proposer.COST_EXPONENT`` is the default; "engine@cost=0" ignores cost).
+COST_SUFFIX = "@cost="
 
 
 def _trial_result(trial_id: str, config: dict, role: Role, sim) -> TrialResult:
@@ -67,6 +70,9 @@ def run_one(args: tuple[str, str, int, int]) -> dict:
     base = simulate_trial(workload_name, w.baseline, seed=seed, trial_index=0)
     base_result = _trial_result(f"s{seed}-baseline", dict(w.baseline), Role.DOCTOR, base)
     base_name, warm = proposer_name.removesuffix(WARM_SUFFIX), proposer_name.endswith(WARM_SUFFIX)
+    if COST_SUFFIX in base_name:
+        base_name, exponent = base_name.split(COST_SUFFIX)
+        ctx = dataclasses.replace(ctx, extra={**ctx.extra, "cost_exponent": float(exponent)})
     if warm:  # the engine's start configs, enqueued first (see ``warm_start_configs``)
         ctx = dataclasses.replace(ctx, extra={"warm_start_configs": tuple(warm_start_configs(ctx, base_result))})
     proposer = make_proposer(base_name, ctx)

@@ -43,6 +43,8 @@ class SyntheticProblem:
     time_noise_sd: float = 0.02
     memory_noise_sd: float = 0.01
     seed: int = 0
+    # Start-up seconds of a run (compile on, compile off); None: runs record no wall time.
+    startup_s: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -75,4 +77,6 @@ class SyntheticProblem:
         if peak >= CAPACITY_BYTES:
             return TrialResult(outcome=Outcome.OOM, peak_memory_bytes=CAPACITY_BYTES, **common)
         step = math.exp(self.log_time(c) + self.rng.normal(0, self.time_noise_sd))
-        return TrialResult(outcome=Outcome.OK, step_time_s=step, peak_memory_bytes=int(peak), **common)
+        wall = 0.0 if self.startup_s is None else self.startup_s[c["compile"] == "off"] + 10 * step
+        return TrialResult(outcome=Outcome.OK, step_time_s=step, peak_memory_bytes=int(peak), wall_time_s=wall,
+                           **common)

@@ -3,10 +3,11 @@
 After every result it refits the global time model (ok trials), the censored memory model
 of the peak's parts (ok trials and OOMs) and the crash model (ok trials and OOMs, which got
 through start-up, against crashes, invalid configs, timeouts and contract violations),
-then scores every unseen feasible config by EI x P(fit) x P(no crash), among configs that
-clear a bar on P(fit) and on P(no crash) (``FIT_BAR``, ``CRASH_BAR``); when the
-predicted-fastest config does not fit, it pairs the memory hog with the cheapest savers
-(``selection.pair_with_savers``).
+and the cost model (log wall time of ok trials, every role), then scores every unseen
+feasible config by EI x P(fit) x P(no crash) / predicted trial cost ** ``COST_EXPONENT``,
+among configs that clear a bar on P(fit) and on P(no crash) (``FIT_BAR``, ``CRASH_BAR``);
+when the predicted-fastest config does not fit, it pairs the memory hog with the cheapest
+savers (``selection.pair_with_savers``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ NUM_START_CONFIGS = 3
 # against 3.5). The product decides only when no config clears both bars.
 FIT_BAR = 0.6
 CRASH_BAR = 0.3
+# Cost-aware acquisition: the score is divided by the predicted wall time of the trial
+# (start-up, compiling included, plus its steps) to this power. A trial's cost is what
+# the campaign waits for; with the same expected improvement, the config that answers
+# sooner comes first. 1 is expected improvement per second (Snoek et al. 2012); 0 ignores
+# cost. The cost model starts uninformed (every config predicted to cost the same), so
+# a setting is charged only after a run with it has shown what it costs.
+COST_EXPONENT = 1.0
 
 
 class InfraRSIProposer(Proposer):
@@ -63,6 +71,9 @@ class InfraRSIProposer(Proposer):
         self.memory_model = MemoryModel(self.encoding, self.priors, ctx.memory_capacity_bytes,
                                         memory_components(self.encoding, self.priors, on_cpu=ctx.on_cpu))
         self.crash_model = CrashModel(ctx.space, ctx.baseline)
+        # Log wall seconds of a trial on the same encoding, from uninformed priors.
+        self.cost_model = TimeModel(self.encoding, Priors())
+        self.cost_exponent = float(ctx.extra.get("cost_exponent", COST_EXPONENT))
         self.num_start = NUM_START_CONFIGS
         self.num_started = 0
         self.pairings: list[dict] = []
@@ -85,6 +96,8 @@ class InfraRSIProposer(Proposer):
         ok = [r for r in self.history if r.outcome is Outcome.OK]
         self.time_model.fit(self.encoding.configs([r.config for r in ok]), np.log([r.step_time_s for r in ok]))
         self._fit_memory()
+        timed = [r for r in ok if r.wall_time_s > 0]
+        self.cost_model.fit(self.encoding.configs([r.config for r in timed]), np.log([r.wall_time_s for r in timed]))
         # An OOM got as far as allocating for a training step: start-up, compiling the
         # step and the first collectives went through, where the crashes the model learns
         # happen, so it clears the units it holds as an ok run does.
@@ -155,6 +168,8 @@ class InfraRSIProposer(Proposer):
         p_ok = self.crash_model.no_crash_probability(self.space.feasible_index_matrix)
         log_ei = log_expected_improvement(mean, sd, self._best_log_time())
         log_score = log_ei + np.log(np.maximum(p_fit, 1e-300)) + np.log(np.maximum(p_ok, 1e-300))
+        if self.cost_exponent:
+            log_score = log_score - self.cost_exponent * self.cost_model.predict_main(main)[0]
         return log_score, mean, p_fit, p_ok
 
     def _best_log_time(self) -> float:
@@ -228,6 +243,8 @@ class InfraRSIProposer(Proposer):
             "memory_prices": self.memory_prices(),
             "time_interactions": self.time_model.interactions(),
             "time_noise_log_sd": self.time_model.noise_std,
+            "cost_exponent": self.cost_exponent,
+            "trial_cost_effects": self.trial_cost_effects(),
             "prior_revision": revise_priors(self.encoding, self.priors, self.time_model, self.memory_model),
             "crash_evidence": self.crash_model.flagged(),
             "pairing_decisions": self.pairings,
@@ -242,6 +259,13 @@ class InfraRSIProposer(Proposer):
                  "log_memory_effect": float(m_mean[j]), "log_memory_sd": float(m_sd[j]),
                  "bytes_vs_baseline": float(bytes_rel[j]),
                  "log_time_effect": float(t_mean[j]), "log_time_sd": float(t_sd[j])}
+                for j in range(self.encoding.num_settings)]
+
+    def trial_cost_effects(self) -> list[dict]:
+        """Each setting's posterior effect on a trial's log wall time (vs the baseline's)."""
+        mean, sd = self.cost_model.main_effects()
+        return [{"knob": self.encoding.label(j)[0], "value": self.encoding.label(j)[1],
+                 "log_cost_effect": float(mean[j]), "log_cost_sd": float(sd[j])}
                 for j in range(self.encoding.num_settings)]
 
     def _best_so_far(self) -> dict | None:
