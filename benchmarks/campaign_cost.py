@@ -19,7 +19,8 @@ cannot call, in verification's own rounds). Each part runs both side by side:
    Each workload also runs *tuned*: its baseline is the oracle's best config, so nothing
    is truly faster and every promotion is a false one.
 3. ``cpu``: the README's default campaign (``infrarsi campaign --json --fresh-doctor``) on
-   this machine, in a fresh data folder per run, through each protocol's own CLI.
+   this machine, in a fresh data folder and a cold torch.compile cache per run, through
+   each protocol's own CLI.
 
     python benchmarks/campaign_cost.py rule sim --seeds 2 --out docs/benchmark/campaign_cost
     python benchmarks/campaign_cost.py cpu --cpu-runs 3 --protocols new --out docs/benchmark/campaign_cost
@@ -235,8 +236,10 @@ def cpu_part(runs: int, protocols: list[str], tmp: Path) -> list[dict]:
     for i in range(runs):
         for protocol in protocols:
             data = tmp / f"cpu-{protocol}-{i}"
+            # Each run compiles from a cold torch.compile cache, as on a fresh machine: a
+            # cache warmed by the run before would make later runs' compile trials cheaper.
             env = {**os.environ, "INFRARSI_DATA_DIR": str(data), "PYTHONPATH": codes[protocol],
-                   "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+                   "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "TORCHINDUCTOR_CACHE_DIR": str(data / "inductor")}
             cmd = [sys.executable, "-m", "infrarsi.cli", "campaign", "--json", "--fresh-doctor", "--no-progress"]
             t0 = time.perf_counter()
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp)
