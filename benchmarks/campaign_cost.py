@@ -315,6 +315,14 @@ def _cpu_table(rows: list[dict]) -> list[str]:
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r["trials_by_outcome"].items()))
         out.append(f"| {r['protocol']} | {r['run']} | {r.get('date', '')} | " + " | ".join(str(t[s]) for s in STAGES)
                    + f" | {sum(t.values())} | {outcomes} | {r['campaign_wall_s']} | {verified} | {', '.join(r['promoted'])} |")
+    for protocol in ("old", "new"):
+        mine = [r for r in rows if r["protocol"] == protocol]
+        if len(mine) > 1:
+            med = lambda f: statistics.median(f(r) for r in mine)  # noqa: E731
+            out.append(f"| {protocol} | median of {len(mine)} | | "
+                       + " | ".join(f"{med(lambda r: r['trials'][s]):g}" for s in STAGES)
+                       + f" | {med(lambda r: sum(r['trials'].values())):g} | | {med(lambda r: r['campaign_wall_s']):.1f} | "
+                       f"{med(lambda r: r['verified_speedup'] or 1.0):.2f}x | |")
     return out + [""]
 
 
@@ -340,19 +348,16 @@ def main() -> int:
     path = args.out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {}
     with tempfile.TemporaryDirectory(prefix="campaign-cost-") as tmp:
+        command = "python benchmarks/campaign_cost.py " + " ".join(sys.argv[1:])
         for part in (p for p in args.parts if p != "render"):
             t0 = time.perf_counter()
             rows = (rule_part(args.repeats) if part == "rule"
                     else sim_part(args.seeds, args.workers, args.protocols, Path(tmp))
                     if part == "sim" else cpu_part(args.cpu_runs, args.protocols, Path(tmp)))
+            rows = [{**r, "command": command} for r in rows]  # each row says which run made it
             if part in ("sim", "cpu") and part in results:  # rows of a protocol not run again are kept
-                kept = [r for r in results[part]["rows"] if r["protocol"] not in args.protocols]
-                rows = kept + rows
-                if kept:
-                    prior = results[part].get("earlier", []) + [results[part]["command"]]
-                    results[part] = {**results[part], "earlier": sorted(set(prior))}
-            results[part] = {**results.get(part, {}), "rows": rows, "wall_s": round(time.perf_counter() - t0, 1),
-                             "command": "python benchmarks/campaign_cost.py " + " ".join(sys.argv[1:])}
+                rows = [r for r in results[part]["rows"] if r["protocol"] not in args.protocols] + rows
+            results[part] = {"rows": rows, "wall_s": round(time.perf_counter() - t0, 1), "command": command}
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
     lines = ["# Campaign cost: the protocol before sequential verification beside the one after", "",
@@ -363,7 +368,8 @@ def main() -> int:
             lines += table(results[part]["rows"])
             lines += [f"`{results[part]['command']}`: {results[part]['wall_s']:.0f} s."
                       + "".join(f" Rows of a protocol it did not run come from an earlier `{c}`."
-                                for c in results[part].get("earlier", [])), ""]
+                                for c in sorted({r.get("command") for r in results[part]["rows"]}
+                                                - {results[part]["command"], None})), ""]
     (args.out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

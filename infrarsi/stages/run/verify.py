@@ -188,12 +188,15 @@ def _decide(state: _Arm, states: Mapping[str, _Arm], floor: float, steps: float 
         if not both:
             return
         lk = objective_look(state.rule, [x for _, x in both], [p for p, _ in both], floor, steps)
+        last = lk.num_pairs >= state.rule.max_pairs
+        if lk.decision is Decision.CANNOT_CLEAR and not last \
+                and _own_look(state, floor, steps).decision is Decision.CONTINUE:
+            # Its change does not pay, so it may be promoted in its parent's place, which needs
+            # it to clear the baseline on its own pairs: it runs on until that test decides (two
+            # pairs whose baselines' start-ups differed once left it short).
+            return
         why = {Decision.CLEARS: "its change pays", Decision.CANNOT_CLEAR: "measured to its last pair"
-               if lk.num_pairs >= state.rule.max_pairs else "its change does not pay"}.get(lk.decision)
-        if why == "its change does not pay" and _own_look(state, floor, steps).decision is Decision.CONTINUE:
-            # it may be promoted in its parent's place, which needs it to clear the baseline on
-            # its own pairs: two pairs whose baselines' start-ups differed once left it short
-            why = None
+               if last else "its change does not pay"}.get(lk.decision)
     else:
         why = {Decision.CLEARS: "it clears", Decision.CANNOT_CLEAR: "it cannot clear"}.get(
             _own_look(state, floor, steps).decision)
