@@ -247,14 +247,19 @@ def cpu_part(runs: int, protocols: list[str], tmp: Path) -> list[dict]:
             if done.returncode:
                 raise RuntimeError(f"campaign failed ({protocol}):\n{done.stderr[-3000:]}")
             s = json.loads(done.stdout.strip().splitlines()[-1])
-            counts = collections.Counter()
+            counts, seconds = collections.Counter(), collections.Counter()
             for line in (Path(s["campaign_dir"]) / "ledger.jsonl").read_text().splitlines():
                 e = json.loads(line)
-                if e.get("kind") == "trial" and not e.get("extra", {}).get("retried"):
-                    counts[_stage(e["role"], e.get("extra", {}).get("job_seed"))] += 1
+                if e.get("kind") != "trial":
+                    continue
+                stage = _stage(e["role"], e.get("extra", {}).get("job_seed"))
+                seconds[stage] += e.get("wall_time_s", 0.0)  # re-measured attempts cost time too
+                if not e.get("extra", {}).get("retried"):
+                    counts[stage] += 1
             rows.append({"protocol": protocol, "run": i, "date": time.strftime("%Y-%m-%d", time.gmtime()),
                          "wall_s": round(wall, 1),
                          "campaign_wall_s": s.get("campaign_wall_s"), "trials": {k: counts[k] for k in STAGES},
+                         "trial_wall_s": {k: round(seconds[k], 1) for k in STAGES},
                          "verified_speedup": s["verified_speedup"], "speedup_ci": s["speedup_ci"],
                          "promoted": [f"{c['knob']}={c['to']}" for c in s.get("promoted_changes") or []],
                          "promoted_config": s["promoted_config"], "trials_by_outcome": s["trials_by_outcome"]})
