@@ -1,6 +1,7 @@
 """Selection: score candidates, pick a diverse batch, and pair memory hogs with savers.
 
-Score = EI(log step time) x P(fits in memory) x P(no crash), computed in log space so the
+Score = EI(log step time) x P(fits in memory) x P(no crash) (the engine divides it by the
+predicted trial cost: ``engine_proposer.COST_EXPONENT``), computed in log space so the
 product never underflows. A batch is picked greedily; each candidate's score is multiplied
 by 1 - 0.5**d, d its Hamming distance to the nearest config already in the batch, so
 parallel slots do not all probe one neighbourhood (local penalisation: a cheap stand-in
