@@ -88,7 +88,7 @@ def summarise(runs: list[dict], oracles: dict[str, dict], budgets: list[int]) ->
                 scored.append({**sc, "workload": r["workload"], "seed": r["seed"]})
             fr = [x["fraction_of_oracle"] for x in scored]
             num_runs = len(fr)
-            overall.append({"proposer": p, "budget": b, "num_runs": len(fr), "median": statistics.median(fr),
+            overall.append({"proposer": p, "budget": b, "num_runs": num_runs, "median": statistics.median(fr),
                             "worst_decile": float(np.percentile(fr, 10)), "mean": statistics.fmean(fr),
                             "interval_90": _job_bootstrap(scored),
                             "failed_time_share": fail_s / total_s if total_s else 0.0,

@@ -74,7 +74,8 @@ def run_one(args: tuple[str, str, int, int]) -> dict:
         base_name, exponent = base_name.split(COST_SUFFIX)
         ctx = dataclasses.replace(ctx, extra={**ctx.extra, "cost_exponent": float(exponent)})
     if warm:  # the engine's start configs, enqueued first (see ``warm_start_configs``)
-        ctx = dataclasses.replace(ctx, extra={"warm_start_configs": tuple(warm_start_configs(ctx, base_result))})
+        ctx = dataclasses.replace(ctx, extra={**ctx.extra,
+                                              "warm_start_configs": tuple(warm_start_configs(ctx, base_result))})
     proposer = make_proposer(base_name, ctx)
     proposer.observe(base_result)
     trials = []
