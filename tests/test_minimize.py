@@ -26,7 +26,7 @@ FAKE = Path(__file__).parent / "fake_workload.py"
 
 def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", objective: str = "",
           seed_mode: str = "ignore", minimize_pairs: int = 3, doctor_max_repeats: int = 5,
-          verify_pairs: int = 2) -> Path:
+          verify_pairs: int = 2, max_trials: int | None = None) -> Path:
     work = tmp / "fake"
     work.mkdir(exist_ok=True)
     shutil.copy(FAKE, work / "fake_workload.py")
@@ -44,7 +44,8 @@ def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", ob
               # sleeps are not slowed by other processes' CPU load: no re-measurements
               "[resources]", "cpus_per_trial = 1", "max_foreign_load_cores = 1000",
               "[budget]", "num_trials = 1", f"verify_pairs = {verify_pairs}", f"minimize_pairs = {minimize_pairs}",
-              "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}", objective]
+              "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}",
+              *([f"max_trials = {max_trials}"] if max_trials else []), objective]
     path = tmp / "fake.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -171,12 +172,17 @@ def test_a_per_step_winner_that_loses_end_to_end_is_not_promoted(tmp_path, ray_s
 def test_a_patch_proposed_during_the_run_is_left_out_like_a_knob(tmp_path, ray_session):
     """A patch accepted after doctor is a knob doctor's baseline never had; the winner
     carries it. Minimization measures the winner without it (the default campaign once
-    stopped here with a KeyError) and drops it: this patch only adds a comment."""
+    stopped here with a KeyError) and drops it: this patch only adds a comment.
+
+    The model never saw the patch without the sleep change (both arrived in one trial), so
+    it cannot call either and plans a leave-one-out arm for each; the cap leaves room for
+    three rounds of both (the default cap, sized for one such arm, would keep only one,
+    and which one is a tie of equal predictions)."""
     from infrarsi.patches.patch import Patch, make_diff
     from infrarsi.stages.run.patching import _grow
 
     spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15]}, baseline={"sleep": 0.3}, minimize_pairs=2,
-                 doctor_max_repeats=3)
+                 doctor_max_repeats=3, max_trials=20)
 
     def propose_patch(rt):
         source = (Path(rt.contract.workdir) / "fake_workload.py").read_text()
@@ -189,5 +195,6 @@ def test_a_patch_proposed_during_the_run_is_left_out_like_a_knob(tmp_path, ray_s
     report = MinimizeReport.from_json(rt.cdir.read_json(rt.cdir.minimize))
     by_knob = {c.knob: c for c in report.contributions}
     assert by_knob["patch_comment"].baseline_value is False and not by_knob["patch_comment"].kept
+    assert by_knob["patch_comment"].source == "measured"  # its leave-one-out arm ran
     assert by_knob["sleep"].kept and report.dropped == ("patch_comment",)
     assert final.promoted.config == {"sleep": 0.15, "patch_comment": False}
