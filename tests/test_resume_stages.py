@@ -138,6 +138,7 @@ def test_killed_in_every_stage_and_resumed_keeps_every_trial(tmp_path, prefect_s
     assert 2 <= len(rounds) <= 3 and _count(cdir, "verify_baseline") == len(rounds)
     assert _count(cdir, "verify") == sum("finalist 1" in r["runs"] for r in rounds)
     assert summary["branch"] == "infrarsi/c1" and summary["verified_speedup"] > 1
+    assert Path(summary["report"]).exists()
 
     options = json.loads((cdir / "options.json").read_text())
     assert options == {"proposer": "random", "budget": 5, "concurrency": 1, "tracking_uri": store}
