@@ -17,7 +17,9 @@ from infrarsi.stages.run.evidence import (
     PAYS,
     SMALLER,
     UNCERTAIN,
+    ChangeEvidence,
     VerificationPlan,
+    leave_one_out_order,
     plan_verification,
 )
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
@@ -127,3 +129,20 @@ def test_under_a_trial_cap_the_arms_run_the_rounds_it_affords_and_the_last_arm_l
     assert [a.max_pairs for a in plan.arms] == [3, 3] and "affords 3 round(s) of 2 arm(s)" in plan.note
     # cap is still uncertain: its leave-one-out arm, not the call, left for the cap
     assert {c.knob: c.call for c in plan.changes[plan.leader.key]}["cap"] == UNCERTAIN
+
+
+def test_changes_the_runs_cannot_tell_apart_are_measured_patch_first_whatever_the_float_noise():
+    # a knob and a patch that only ever ran together: one prediction for both, equal but for
+    # the last digits (1.4133667096312519 and 1.413366709631295 in a failing run of
+    # test_minimize's patch test: the cap kept the knob's arm, and the patch, a comment,
+    # stayed in unmeasured)
+    def change(knob: str, predicted: float) -> ChangeEvidence:
+        return ChangeEvidence(knob=knob, baseline_value=False, value=True, call=UNCERTAIN, predicted=predicted)
+
+    for knob_noise, patch_noise in ((0.0, 4e-14), (4e-14, 0.0)):
+        tied = [change("sleep", 1.4133667096312519 + knob_noise),
+                change("patch_comment", 1.4133667096312519 + patch_noise)]
+        assert [c.knob for c in sorted(tied, key=leave_one_out_order)] == ["patch_comment", "sleep"]
+    # a real difference in the prediction still comes first: the change least likely to pay
+    apart = [change("patch_comment", 1.6), change("sleep", 1.2)]
+    assert [c.knob for c in sorted(apart, key=leave_one_out_order)] == ["sleep", "patch_comment"]

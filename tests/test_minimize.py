@@ -26,7 +26,7 @@ FAKE = Path(__file__).parent / "fake_workload.py"
 
 def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", objective: str = "",
           seed_mode: str = "ignore", minimize_pairs: int = 3, doctor_max_repeats: int = 5,
-          verify_pairs: int = 2, max_trials: int | None = None) -> Path:
+          verify_pairs: int = 2) -> Path:
     work = tmp / "fake"
     work.mkdir(exist_ok=True)
     shutil.copy(FAKE, work / "fake_workload.py")
@@ -44,8 +44,7 @@ def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", ob
               # sleeps are not slowed by other processes' CPU load: no re-measurements
               "[resources]", "cpus_per_trial = 1", "max_foreign_load_cores = 1000",
               "[budget]", "num_trials = 1", f"verify_pairs = {verify_pairs}", f"minimize_pairs = {minimize_pairs}",
-              "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}",
-              *([f"max_trials = {max_trials}"] if max_trials else []), objective]
+              "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}", objective]
     path = tmp / "fake.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -175,14 +174,15 @@ def test_a_patch_proposed_during_the_run_is_left_out_like_a_knob(tmp_path, ray_s
     stopped here with a KeyError) and drops it: this patch only adds a comment.
 
     The model never saw the patch without the sleep change (both arrived in one trial), so
-    it cannot call either and plans a leave-one-out arm for each; the cap leaves room for
-    three rounds of both (the default cap, sized for one such arm, would keep only one,
-    and which one is a tie of equal predictions)."""
+    it cannot call either and plans a leave-one-out arm for each; the default cap, sized for
+    one such arm, keeps the patch's (``evidence.leave_one_out_order``: their predictions tie,
+    and the patch goes first). Before that rule the float noise in the tie chose, and CI once
+    drew the sleep's arm and kept the comment unmeasured."""
     from infrarsi.patches.patch import Patch, make_diff
     from infrarsi.stages.run.patching import _grow
 
     spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15]}, baseline={"sleep": 0.3}, minimize_pairs=2,
-                 doctor_max_repeats=3, max_trials=20)
+                 doctor_max_repeats=3)
 
     def propose_patch(rt):
         source = (Path(rt.contract.workdir) / "fake_workload.py").read_text()

@@ -41,7 +41,7 @@ import numpy as np
 from scipy import stats
 
 from infrarsi.contract.loss_contract import LossContract
-from infrarsi.core.knobs import Config, Value
+from infrarsi.core.knobs import PATCH_KNOB_PREFIX, Config, Value
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.proposers.engine_proposer import CRASH_BAR, FIT_BAR
 from infrarsi.stages.doctor import DoctorReport
@@ -290,7 +290,7 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
                          parent=arms[0].key, reverts=reverts)
             arms.append(parent)
         seen = {rt.space.key(a.config) for a in arms}
-        for c in sorted((c for c in changes if c.call == UNCERTAIN), key=lambda c: c.predicted or 0.0):
+        for c in sorted((c for c in changes if c.call == UNCERTAIN), key=leave_one_out_order):
             alone = {**parent.config, c.knob: c.baseline_value}
             if rt.space.violated(alone) or rt.space.key(alone) in seen:
                 continue
@@ -308,6 +308,15 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
                             noise_floor=doctor.noise_cv, note=note)
     rt.cdir.write_json(rt.cdir.plan, plan.to_json())
     return plan
+
+
+def leave_one_out_order(c: ChangeEvidence) -> tuple[float, bool, str]:
+    """The order uncertain changes get leave-one-out arms in, which a trial cap cuts from
+    the end: least predicted contribution first (the likeliest to be dropped). Changes the
+    runs in hand cannot tell apart (they only ever ran together) get one prediction, equal
+    but for float noise in the last digits: among those a patch, code the user would carry,
+    is measured before a launch knob, then by name."""
+    return round(c.predicted or 0.0, 9), not c.knob.startswith(PATCH_KNOB_PREFIX), c.knob
 
 
 def round_runs(arms: Sequence[Arm], doctor: DoctorReport) -> list[tuple[Config, Role]]:
