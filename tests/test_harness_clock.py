@@ -93,6 +93,39 @@ def test_each_metrics_line_is_stamped_when_it_is_written_on_a_loaded_machine(tmp
     assert statistics.median(lags) < MAX_MEDIAN_STAMP_LAG_S, lags
 
 
+def test_a_line_written_while_the_reader_was_off_the_cpu_is_not_stamped_before_it_was_written(monkeypatch):
+    """The reader wakes for one line and is kept off the CPU before it reads (CI once saw a
+    stamp 1.9 ms before its line's write under load); the job writes the next line
+    meanwhile and one read takes both. Each line's stamp is at or after its write."""
+    from infrarsi.harness import stamped_reader
+
+    r, w = os.pipe()
+    written: list[float] = []
+    real_read = os.read
+
+    def read_after_a_delay(fd, n):
+        if fd == r and len(written) == 1:  # woken for the first line, not yet read
+            time.sleep(0.02)
+            written.append(time.monotonic())
+            os.write(w, b"second\n")
+        return real_read(fd, n)
+
+    monkeypatch.setattr(stamped_reader.os, "read", read_after_a_delay)
+    stamps: dict[str, float] = {}
+    readers = stamped_reader.StampedReaders()
+    readers.add(r, lambda line, stamp: stamps.setdefault(line, stamp), name="delayed")
+    written.append(time.monotonic())
+    os.write(w, b"first\n")
+    deadline = time.monotonic() + 5
+    while len(stamps) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    readers.stop()
+    os.close(r)
+    os.close(w)
+    assert set(stamps) == {"first", "second"}
+    assert stamps["first"] >= written[0] and stamps["second"] >= written[1], (written, stamps)
+
+
 def test_a_job_that_opens_and_closes_the_metrics_file_per_line_is_read_whole(tmp_path, cpu_load):
     r = _clock_trial(tmp_path, 5, 30, "jsonl", "--reopen")
     assert r.outcome is Outcome.OK, r.reason

@@ -2,7 +2,9 @@
 
 Each reader blocks in ``poll`` on its pipe (the job's stdout or stderr) or on the
 metrics FIFO, so it wakes as soon as the job writes, not at the next tick of a poll. The
-instant it wakes is the stamp of every line completed by what it then reads. The metrics
+instant its read returns is the stamp of every line that read completes: never before the
+job wrote the line, even when the reader was kept off the CPU between waking and reading
+and the job wrote more meanwhile. The metrics
 FIFO is opened read-write by the harness: a job may open, write and close it any number
 of times without the reader ever seeing an end of file. All readers of a trial share one
 wake-up pipe; ``stop`` drains what is left and ends them.
@@ -45,24 +47,24 @@ class _Reader(threading.Thread):
             poller.register(fd, select.POLLIN)
         while True:
             ready = {fd for fd, _ in poller.poll()}
-            stamp = time.monotonic()
             if self.fd in ready:
-                if self._read(stamp) is _EOF:
+                if self._read() is _EOF:
                     break  # every writer closed its end
             elif self.wake_fd in ready:
-                while self._read(time.monotonic()) is _DATA:
+                while self._read() is _DATA:
                     pass
                 break
         if self._partial.strip():
             self.on_line(self._partial.decode(errors="replace"), time.monotonic())
 
-    def _read(self, stamp: float) -> object:
-        """Read what is there and hand out the lines it completes: _DATA, or _EMPTY when
-        nothing was there, or _EOF."""
+    def _read(self) -> object:
+        """Read what is there and hand out the lines it completes, stamped when the read
+        returned: _DATA, or _EMPTY when nothing was there, or _EOF."""
         try:
             chunk = os.read(self.fd, _CHUNK_BYTES)
         except BlockingIOError:
             return _EMPTY
+        stamp = time.monotonic()
         if not chunk:
             return _EOF
         if self.tee is not None:
