@@ -1,10 +1,13 @@
 """A verdict from an arm's rounds (stages/run/verify.py), on hand-made runs: what decided
-it, and what may still undo it."""
+it, what may still undo it, and which cleared arm minimization promotes."""
+
+import pytest
 
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.stages.run.evidence import FINALIST, Arm
+from infrarsi.stages.run.minimize import _choose, _Runs
 from infrarsi.stages.run.sequential import SequentialRule
-from infrarsi.stages.run.verify import _Arm, _verdict
+from infrarsi.stages.run.verify import Verdict, VerificationReport, _Arm, _verdict
 
 
 def _run(trial_id: str, step_time_s: float | None, role: Role, outcome: Outcome = Outcome.OK) -> TrialResult:
@@ -60,3 +63,31 @@ def test_a_leave_one_out_arm_whose_change_does_not_pay_runs_until_it_clears_on_i
     _decide(child, states, 0.05, None)
     assert child.decided == "its change does not pay" or child.decided == "measured to its last pair"
     assert _verdict(child, 0.05, None).clears
+
+
+def _cleared(arm: str, config: dict, speedup: float) -> Verdict:
+    return Verdict(config=config, source_trial_id="t0009", pairs=(), baseline_times_s=(), candidate_times_s=(),
+                   speedup=speedup, ci_low=speedup * 0.99, ci_high=speedup * 1.01, promoted=arm == "finalist 1",
+                   reason="", arm=arm, clears=True)
+
+
+def _rounds(leader_s: list[float], smaller_s: list[float]) -> _Runs:
+    runs = _Runs.__new__(_Runs)  # the runs by round, as _Runs reads them from verification and the ledger
+    runs.by_arm = {"finalist 1": {i: _run(f"f{i}", t, Role.VERIFY) for i, t in enumerate(leader_s)},
+                   "finalist 1 less noop": {i: _run(f"s{i}", t, Role.VERIFY) for i, t in enumerate(smaller_s)}}
+    return runs
+
+
+@pytest.mark.parametrize("smaller_s, promoted", [
+    # 0.5% slower on average in three pairs that spread 0.3%, against a 0.34% floor: not shown
+    # slower, so the config without the change is promoted (the point estimate kept the no-op).
+    ([0.15075, 0.15030, 0.15120], "finalist 1 less noop"),
+    # 5% slower in every pair: shown slower, the change stays.
+    ([0.1575, 0.1574, 0.1576], "finalist 1"),
+])
+def test_a_change_stays_in_the_promoted_config_only_where_leaving_it_out_is_shown_to_cost(smaller_s, promoted):
+    leader = _cleared("finalist 1", {"sleep": 0.15, "noop": "b"}, 2.0)
+    smaller = _cleared("finalist 1 less noop", {"sleep": 0.15, "noop": "a"}, 1.99)
+    report = VerificationReport(verdicts=(leader, smaller), noise_floor=0.0034)
+    best, chosen, why = _choose(report, _rounds([0.15] * 3, smaller_s), {"sleep": 0.3, "noop": "a"}, 0.0034, None)
+    assert best is leader and chosen.arm == promoted, why

@@ -95,9 +95,10 @@ def contribution_sections(cdir: CampaignDir) -> list[dict[str, Any]]:
     text = (f"Each change of the verified winner: its contribution is the winner's {what} without it over "
             f"with it (> 1: it pays), *predicted* by the time model fitted on every run at the contract seed "
             f"(90% interval), or *measured* by leaving it out ({minimize['num_trials']} runs in verification's "
-            f"rounds, beside the winner and sharing its baseline runs, at canary seeds). A change within the "
-            f"noise floor ({minimize['noise_floor']:.3f}) does not pay; a change is dropped only when a config "
-            f"without it was measured within noise of the fastest. "
+            f"rounds, beside the winner and sharing its baseline runs, at canary seeds). A change pays when "
+            f"leaving it out is shown (the paired test verification uses) to cost more than the noise floor "
+            f"({minimize['noise_floor']:.3f}); a change is dropped only when a config without it was measured "
+            f"and not shown slower than the fastest by more than the floor. "
             f"{minimize['note'][0].upper() + minimize['note'][1:]}.")
     blocks = [{"text": text}]
     if rows:

@@ -7,10 +7,11 @@ No trial runs here: verification already measured the plan's arms side by side
 less the changes the time model expects not to pay (the *smaller* config), and that
 config less each change the model could not call (*leave-one-out*). Among the arms that
 cleared verification the best is the fastest; promoted is the one with the fewest
-changes whose objective, in the rounds it shared with the best, is within the noise
-floor of the best's (ties: the faster). A change the smaller config reverts is dropped
-only because a config without it was measured; a change the model expects to pay is
-kept without a trial.
+changes that the rounds it shared with the best do not show slower than the best by more
+than the noise floor (the paired test a candidate passes against the baseline, at its last
+look; ties: the faster): a change is promoted over a config without it only where it is
+shown to pay. A change the smaller config reverts is dropped only because a config without
+it was measured; a change the model expects to pay is kept without a trial.
 
 Each of the leader's changes is reported with its contribution (the objective without it
 over with it; > 1: it pays) and where that figure comes from: the time model's
@@ -38,7 +39,7 @@ from infrarsi.stages.run.evidence import (
     VerificationPlan,
     full_baseline,
 )
-from infrarsi.stages.run.sequential import SequentialRule, log_ratios, look
+from infrarsi.stages.run.sequential import Decision, Look, SequentialRule, log_ratios, look
 from infrarsi.stages.run.verify import Verdict, VerificationReport
 from infrarsi.stages.runtime import CampaignRuntime
 
@@ -143,6 +144,22 @@ def _ratio(pairs: list[tuple[TrialResult, TrialResult]], steps: float | None) ->
     return math.exp(sum(logs) / len(logs))
 
 
+def _paired_look(pairs: list[tuple[TrialResult, TrialResult]], floor: float, steps: float | None) -> Look:
+    """The sequential test's last look at ``pairs`` (a's run, b's run): does b beat a by
+    more than the floor, at the level a candidate clears the baseline at?"""
+    logs = log_ratios([run_time_s(a, steps) for a, _ in pairs], [run_time_s(b, steps) for _, b in pairs])
+    return look(SequentialRule(max_pairs=max(len(logs), 2)), logs, floor)
+
+
+def _shown_slower(pairs: list[tuple[TrialResult, TrialResult]], floor: float, steps: float | None) -> bool:
+    """Whether a's runs are shown slower than b's by more than the floor: by the paired test
+    from two pairs on (the same a candidate must pass against the baseline), by the ratio
+    of a single pair."""
+    if len(pairs) < 2:
+        return _ratio(pairs, steps) > 1.0 + floor
+    return _paired_look(pairs, floor, steps).decision is Decision.CLEARS
+
+
 def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Value], floor: float,
             steps: float | None) -> tuple[Verdict | None, Verdict | None, str]:
     """(the best cleared arm, the promoted one, why)."""
@@ -152,15 +169,16 @@ def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Va
     best = max(cleared, key=lambda v: v.speedup)
     within = []
     for v in cleared:
-        ratio = 1.0 if v is best else _ratio(runs.shared(v.arm, best.arm), steps)
-        if ratio is not None and ratio <= 1.0 + floor:
+        shared = runs.shared(v.arm, best.arm)
+        if v is best or (shared and not _shown_slower(shared, floor, steps)):
+            ratio = 1.0 if v is best else _ratio(shared, steps)
             within.append((sum(1 for k, x in v.config.items() if base.get(k) != x), -v.speedup, v, ratio))
     *_, chosen, ratio = min(within, key=lambda w: w[:2])
     if chosen is best:
         return best, chosen, f"{best.arm}, the fastest arm that cleared, is the smallest within noise of itself"
     return best, chosen, (f"{chosen.arm} is the smallest arm within noise of the fastest ({best.arm}): "
-                          f"its objective is {ratio:.3f}x the fastest's in the rounds they shared "
-                          f"(floor {floor:.3f})")
+                          f"its objective is {ratio:.3f}x the fastest's in the rounds they shared, not "
+                          f"shown slower by more than the floor {floor:.3f}")
 
 
 def _contribution(c: ChangeEvidence, plan: VerificationPlan | None, runs: _Runs, promoted: Mapping[str, Value] | None,
@@ -188,14 +206,11 @@ def _contribution(c: ChangeEvidence, plan: VerificationPlan | None, runs: _Runs,
                else "too few pairs to measure it")
         return Contribution(**common, contribution=None, ci_low=None, ci_high=None, step_contribution=None,
                             pairs=ids, note=why)
-    rule = SequentialRule(max_pairs=max(arm.max_pairs, len(pairs)))
-    job = look(rule, log_ratios([run_time_s(o, steps) for o, _ in pairs], [run_time_s(w, steps) for _, w in pairs]),
-               floor)
-    step = look(rule, log_ratios([o.step_time_s for o, _ in pairs], [w.step_time_s for _, w in pairs]), floor)
-    pays = math.exp(job.mean) > 1.0 + floor
+    job, step = _paired_look(pairs, floor, steps), _paired_look(pairs, floor, None)
+    pays = job.decision is Decision.CLEARS
     note = ("pays" if pays else f"kept: {failed.trial_id} without it ended {failed.outcome.value}" if failed
-            else f"within the noise floor {floor:.3f}: does not pay" if job.mean >= -math.log1p(floor)
-            else f"costs more than it saves: without it {math.exp(-job.mean):.3f}x faster")
+            else f"costs more than it saves: without it {math.exp(-job.mean):.3f}x faster" if job.high < -job.threshold
+            else f"not shown to pay beyond the noise floor {job.floor:.3f}")
     if not pays and kept and not failed:
         note += "; kept: the config without it was not the one promoted"
     return Contribution(**common, contribution=math.exp(job.mean), ci_low=math.exp(job.low),
