@@ -2,12 +2,12 @@
 
 Each reader blocks in ``poll`` on its pipe (the job's stdout or stderr) or on the
 metrics FIFO, so it wakes as soon as the job writes, not at the next tick of a poll. The
-instant its read returns is the stamp of every line that read completes: never before the
-job wrote the line, even when the reader was kept off the CPU between waking and reading
-and the job wrote more meanwhile. The metrics
-FIFO is opened read-write by the harness: a job may open, write and close it any number
-of times without the reader ever seeing an end of file. All readers of a trial share one
-wake-up pipe; ``stop`` drains what is left and ends them.
+instant its read returns is the stamp of every line that read completes: never before
+the job wrote the line, even when the reader was kept off the CPU between waking and
+reading and the job wrote more meanwhile. The metrics FIFO is opened read-write by the
+harness: a job may open, write and close it any number of times without the reader ever
+seeing an end of file. All readers of a trial share one wake-up pipe; ``stop`` drains
+what is left and ends them.
 """
 
 from __future__ import annotations
