@@ -30,8 +30,8 @@ def trial(i: int, config: dict, outcome: Outcome = Outcome.OK, step: float = 1.0
 
 
 def record(cid: str, hw: dict, wl: dict, trials: list[TrialResult], **kw) -> CampaignRecord:
-    return CampaignRecord(id=cid, name=cid, backend="sim", proposer="engine", hardware=hw, workload=wl,
-                          baseline={"a": 1, "b": "x"}, baseline_step_time_s=2.0, trials=tuple(trials), **kw)
+    return CampaignRecord(**{"baseline": {"a": 1, "b": "x"}, **kw}, id=cid, name=cid, backend="sim", proposer="engine",
+                          hardware=hw, workload=wl, baseline_step_time_s=2.0, trials=tuple(trials))
 
 
 def test_a_campaign_round_trips_through_sqlite_and_can_be_forgotten(tmp_path):
@@ -90,10 +90,45 @@ def test_nearest_campaigns_give_start_configs_and_widened_priors():
     found = nearest([far, near], hardware=H100, workload=DENSE, space=space, baseline=base)
     assert [u["id"] for u in found.used] == ["near", "far"] and found.used[0]["weight"] == 1.0
     assert found.configs[:2] == ({**base, "tp": 2, "dp": 2}, {**base, "compile": True})
+    # A campaign that promoted a config offers it first: verified, where its fastest search
+    # run may have been fast by chance.
+    verified = {**base, "tp": 2, "dp": 2, "compile": True}
+    promoted = CampaignRecord(**{**near.__dict__, "promoted": verified})
+    again = nearest([far, promoted], hardware=H100, workload=DENSE, space=space, baseline=base)
+    assert again.configs[:2] == (verified, {**base, "tp": 2, "dp": 2})
     prior = found.priors.get("compile", True)
     w_far = math.exp(-found.used[1]["distance"])
     assert prior.log_time_mean == pytest.approx((-0.2 + w_far * -1.0) / (1 + w_far))
     assert prior.source == "bank" and prior.log_time_std == pytest.approx(math.hypot(0.05, 0.0, 0.05))
+
+
+def test_a_past_campaigns_trial_costs_become_the_cost_models_priors():
+    from infrarsi.proposers.base import SearchContext
+    from infrarsi.proposers.engine_proposer import InfraRSIProposer
+
+    space = sim_workload("debug").space
+    base = dict(sim_workload("debug").baseline)
+    compile_effect = {"knob": "compile", "value": True, "log_time_effect": -0.2, "log_time_sd": 0.05,
+                      "log_memory_effect": 0.0, "log_memory_sd": 0.05}
+    costed = record("costed", H100, DENSE, [trial(1, {**base, "compile": True})], baseline=base,
+                    effects=({**compile_effect, "log_cost_effect": 1.0, "log_cost_sd": 0.1},))
+    older = record("older", A100, DENSE, [trial(2, {**base, "compile": True})], baseline=base,
+                   effects=({**compile_effect, "log_time_effect": -0.6},))  # before records carried costs
+    found = nearest([costed, older], hardware=H100, workload=DENSE, space=space, baseline=base)
+    prior = found.priors.get("compile", True)
+    # Only the campaign that measured the cost says what it is; its spread is its own.
+    assert prior.log_cost_mean == 1.0 and prior.log_cost_std == pytest.approx(math.hypot(0.1, 0.0, 0.05))
+    assert -0.6 < prior.log_time_mean < -0.2  # the time effect is still weighted over both
+    ctx = SearchContext(space=space, baseline=space.validate(base), priors=found.priors)
+    engine = InfraRSIProposer(ctx)
+    blind = InfraRSIProposer(SearchContext(space=space, baseline=space.validate(base)))
+    compiled = engine.encoding.configs([{**base, "compile": True}])
+    baseline = engine.encoding.configs([base])
+    # Before any trial: a compiling trial is predicted e (2.7x) as long as the baseline's
+    # with the bank's cost, and as long as it without.
+    for proposer, expected in ((engine, 1.0), (blind, 0.0)):
+        gap = proposer.cost_model.predict(compiled)[0][0] - proposer.cost_model.predict(baseline)[0][0]
+        assert gap == pytest.approx(expected, abs=1e-9)
 
 
 def test_nearest_records_reads_in_full_only_the_campaigns_nearest_ranks_first(tmp_path):
@@ -141,6 +176,12 @@ def test_a_campaign_writes_the_bank_the_next_reads_it_and_no_bank_does_neither(t
 
     first, events, describe = campaign()
     assert [r["id"] for r in Bank(bank).list()] == [first]  # written at the end
+    # What each setting cost a trial is recorded beside its effect on the step.
+    costs = {(c["knob"], repr(c["value"])): (c["log_cost_effect"], c["log_cost_sd"])
+             for c in describe["trial_cost_effects"]}
+    recorded = {(e["knob"], repr(e["value"])): (e["log_cost_effect"], e["log_cost_sd"])
+                for e in Bank(bank).get(first).effects}
+    assert recorded == costs and any(abs(mean) > 0.01 for mean, _ in costs.values())
     assert not [e for e in events if e["kind"] == "experience"] and "bank" not in describe["priors_source"]
     second, events, describe = campaign()
     [read] = [e for e in events if e["kind"] == "experience"]

@@ -67,6 +67,13 @@ def _patch_effects(trials: list[TrialResult], knob: str) -> float | None:
     return sum(logs) / len(logs) if logs else None
 
 
+def _cost_fields(cost: dict | None) -> dict:
+    """A setting's posterior effect on trial wall time, where the search fitted one."""
+    if cost is None:
+        return {}
+    return {"log_cost_effect": cost["log_cost_effect"], "log_cost_sd": cost["log_cost_sd"]}
+
+
 def campaign_record(cdir: CampaignDir) -> CampaignRecord:
     """The bank's record of a finished campaign folder."""
     contract = Contract.from_json(cdir.read_json(cdir.contract))
@@ -90,9 +97,12 @@ def campaign_record(cdir: CampaignDir) -> CampaignRecord:
             patches.append({"name": e["name"], "source": e.get("source", ""), "accepted": False,
                             "reason": ("violated the contract: " if e["kind"] == "patch_retired" else "")
                             + str(e.get("reason")), "patch": None, "log_time_effect": None})
+    costs = {(c["knob"], repr(c["value"])): c for c in describe.get("trial_cost_effects") or ()}
     effects = tuple({"knob": p["knob"], "value": p["value"], "log_time_effect": p["log_time_effect"],
                      "log_time_sd": p["log_time_sd"], "log_memory_effect": p["log_memory_effect"],
-                     "log_memory_sd": p["log_memory_sd"]} for p in describe.get("memory_prices") or ())
+                     "log_memory_sd": p["log_memory_sd"],
+                     **_cost_fields(costs.get((p["knob"], repr(p["value"]))))}
+                    for p in describe.get("memory_prices") or ())
     winners = [v for v in verification.get("verdicts", ()) if v.get("promoted")]
     promoted = max(winners, key=lambda v: v["speedup"])["config"] if winners else None
     return CampaignRecord(

@@ -1,6 +1,7 @@
 """How a new campaign reads the bank: past campaigns ranked by how like theirs its hardware
-and workload are, their fastest configs projected onto the new knob space, and their
-posterior effects as priors whose spread widens as similarity falls."""
+and workload are, their promoted and fastest configs projected onto the new knob space,
+and their posterior effects (on step time, memory and a trial's wall time) as priors whose
+spread widens as similarity falls."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from infrarsi.core.knobs import Config, KnobSpace
 from infrarsi.core.priors import Priors, SettingPrior
 from infrarsi.core.trial import Outcome
 
-# Past campaigns a new one reads, and fastest ok configs taken from each.
+# Past campaigns a new one reads, and configs taken from each (its promoted one, then its
+# fastest ok ones).
 NUM_NEAREST = 3
 CONFIGS_PER_CAMPAIGN = 2
 # A bank prior's log-scale spread: the past posterior's own, plus this much per unit of
@@ -84,9 +86,11 @@ def nearest(records: Iterable[CampaignRecord], *, hardware: Mapping[str, Any], w
     configs: list[Config] = []
     for _, rec in ranked:
         ok = sorted((t for t in rec.trials if t.outcome is Outcome.OK), key=lambda t: t.step_time_s)
+        # The promoted config first: verified against the baseline in pairs and stripped of
+        # changes that did not pay, where the fastest search run may owe its place to noise.
         taken = 0
-        for t in ok:
-            cfg = project(t.config, space, baseline)
+        for cfg in [rec.promoted] * bool(rec.promoted) + [t.config for t in ok]:
+            cfg = project(cfg, space, baseline)
             if cfg is not None and cfg not in configs and cfg != baseline:
                 configs.append(cfg)
                 taken += 1
@@ -111,13 +115,24 @@ def _bank_priors(ranked: list[tuple[float, CampaignRecord]], space: KnobSpace, b
             sums.setdefault((knob, value), []).append((similarity(d), e, d))
     out = []
     for (knob, value), items in sums.items():
-        w = sum(s for s, _, _ in items)
-        mean = lambda key: sum(s * float(e[key]) for s, e, _ in items) / w  # noqa: E731
-        d_min = min(d for _, _, d in items)
-        spread = lambda key: math.hypot(min(float(e.get(key) or 0.0) for _, e, _ in items),  # noqa: E731
-                                        _SPREAD_PER_DISTANCE * d_min, _SPREAD_FLOOR)
-        out.append(SettingPrior(knob=knob, value=value, log_time_mean=mean("log_time_effect"),
-                                log_time_std=spread("log_time_sd"), log_memory_mean=mean("log_memory_effect"),
-                                log_memory_std=spread("log_memory_sd"), source="bank",
+        # Trial cost: from the campaigns whose records carry it (older records do not).
+        costed = [item for item in items if item[1].get("log_cost_effect") is not None]
+        cost = {"log_cost_mean": _mean(costed, "log_cost_effect"), "log_cost_std": _spread(costed, "log_cost_sd")} \
+            if costed else {}
+        out.append(SettingPrior(knob=knob, value=value, log_time_mean=_mean(items, "log_time_effect"),
+                                log_time_std=_spread(items, "log_time_sd"),
+                                log_memory_mean=_mean(items, "log_memory_effect"),
+                                log_memory_std=_spread(items, "log_memory_sd"), **cost, source="bank",
                                 rationale=f"posterior of {len(items)} past campaign(s)"))
     return Priors.of(out, "bank") if out else None
+
+
+def _mean(items: list[tuple[float, dict, float]], key: str) -> float:
+    """Similarity-weighted mean of ``key`` over (similarity, effect, distance) items."""
+    return sum(w * float(e[key]) for w, e, _ in items) / sum(w for w, _, _ in items)
+
+
+def _spread(items: list[tuple[float, dict, float]], key: str) -> float:
+    """The tightest past posterior sd, widened by the nearest campaign's distance."""
+    return math.hypot(min(float(e.get(key) or 0.0) for _, e, _ in items),
+                      _SPREAD_PER_DISTANCE * min(d for _, _, d in items), _SPREAD_FLOOR)

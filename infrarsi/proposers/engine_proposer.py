@@ -55,7 +55,9 @@ CRASH_BAR = 0.3
 # the campaign waits for; with the same expected improvement, the config that answers
 # sooner comes first. 1 is expected improvement per second (Snoek et al. 2012); 0 ignores
 # cost. The cost model starts uninformed (every config predicted to cost the same), so
-# a setting is charged only after a run with it has shown what it costs.
+# a setting is charged only after a run with it has shown what it costs, unless the
+# experience bank's past campaigns on similar hardware measured it (``SettingPrior.
+# log_cost_mean``): a second campaign does not pay again to learn that compiling is slow.
 COST_EXPONENT = 1.0
 
 
@@ -71,8 +73,9 @@ class InfraRSIProposer(Proposer):
         self.memory_model = MemoryModel(self.encoding, self.priors, ctx.memory_capacity_bytes,
                                         memory_components(self.encoding, self.priors, on_cpu=ctx.on_cpu))
         self.crash_model = CrashModel(ctx.space, ctx.baseline)
-        # Log wall seconds of a trial on the same encoding, from uninformed priors.
-        self.cost_model = TimeModel(self.encoding, Priors())
+        # Log wall seconds of a trial on the same encoding: uninformed, but where the
+        # experience bank carries what a setting cost in past campaigns.
+        self.cost_model = TimeModel(self.encoding, self.priors.trial_cost())
         self.cost_exponent = float(ctx.extra.get("cost_exponent", COST_EXPONENT))
         self.num_start = NUM_START_CONFIGS
         self.num_started = 0
