@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.bank.campaign import campaign_record
 from infrarsi.contract.checks import enforce
 from infrarsi.core.trial import Outcome, Role
 from infrarsi.stages.apply import commit_message
@@ -99,6 +100,8 @@ def test_the_no_op_change_is_dropped_and_each_kept_change_has_its_contribution(n
     assert final.promoted.speedup > 1.6 and final.promoted.arm == "finalist 1 less noop"
     md = render_markdown(rt.cdir)
     assert "## Promoted changes" in md and "| noop | a -> b |" in md and "inert" in md
+    # The experience bank records what minimization left promoted, not verification's winner.
+    assert campaign_record(rt.cdir).promoted == {"sleep": 0.15, "noop": "a"}
 
 
 def test_minimization_resumes_from_the_ledger_without_running_again(noop_campaign):

@@ -12,6 +12,7 @@ from infrarsi.contract.freeze import Contract
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
+from infrarsi.stages.report.promotion import final_verification, promoted_verdict
 
 __all__ = ["campaign_features", "campaign_record", "experience_for", "record_campaign", "sim_features"]
 
@@ -83,7 +84,6 @@ def campaign_record(cdir: CampaignDir) -> CampaignRecord:
     search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
     describe = search.get("describe") or {}
     doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else {}
-    verification = cdir.read_json(cdir.verification) if cdir.verification.exists() else {}
     measured = list(trials)
     if doctor and not any(r.role is Role.DOCTOR for r in trials):  # doctor came from the cache
         measured.append(TrialResult(trial_id="doctor", config=dict(doctor["baseline"]), role=Role.DOCTOR,
@@ -103,8 +103,10 @@ def campaign_record(cdir: CampaignDir) -> CampaignRecord:
                      "log_memory_sd": p["log_memory_sd"],
                      **_cost_fields(costs.get((p["knob"], repr(p["value"]))))}
                     for p in describe.get("memory_prices") or ())
-    winners = [v for v in verification.get("verdicts", ()) if v.get("promoted")]
-    promoted = max(winners, key=lambda v: v["speedup"])["config"] if winners else None
+    # What stands promoted after minimization, which may have dropped changes the
+    # verification's winner held.
+    verdict = promoted_verdict(final_verification(cdir))
+    promoted = verdict["config"] if verdict else None
     return CampaignRecord(
         id=contract.campaign_id, name=contract.spec.name, backend=contract.spec.backend,
         proposer=search.get("proposer", contract.spec.search.proposer), hardware=hw, workload=wl,

@@ -20,8 +20,9 @@ path, or ``mlflow+`` followed by an MLflow tracking URI (``mlflow+http://host:50
 
 A new campaign reads it (``infrarsi.bank.similarity``: ``nearest_records``, then ``nearest``): past campaigns weighted by
 how similar their hardware and workload are (``similarity``) give start configs (their
-fastest ok configs, projected onto the new knob space) and per-setting priors (their
-posterior effects, with the spread widened as similarity falls). Campaigns are recorded at
+promoted config, then their fastest ok ones, projected onto the new knob space) and
+per-setting priors (their posterior effects on step time, memory and trial cost, with the
+spread widened as similarity falls). Campaigns are recorded at
 the end of the apply stage (``infrarsi.bank.campaign.record_campaign``).
 """
 
