@@ -15,14 +15,15 @@ from infrarsi.core.knobs import Config, KnobSpace
 from infrarsi.engine.selection import hamming_to_nearest, pick_diverse
 
 
-def experience_rows(space: KnobSpace, configs: tuple[Config, ...], row_of: dict[tuple, int]) -> list[int]:
-    """Feasible-matrix rows of the bank's configs; invalid or infeasible ones are skipped
-    (a config from other hardware may name values this space lacks)."""
+def experience_rows(space: KnobSpace, configs: tuple[Config, ...], row_of: dict[tuple, int],
+                    baseline: Config) -> list[int]:
+    """Feasible-matrix rows of the bank's configs; a knob a config does not name takes the
+    baseline's value (a patch knob added after the bank was read: the patch off), knobs the
+    space lacks are ignored, and invalid or infeasible configs are skipped (a config from
+    other hardware may name values this space lacks)."""
     rows = []
     for cfg in configs:
-        if set(cfg) != set(space.names):
-            continue
-        row = row_of.get(tuple(cfg[n] for n in space.names))
+        row = row_of.get(tuple(cfg.get(n, baseline[n]) for n in space.names))
         if row is not None:
             rows.append(row)
     return rows

@@ -153,7 +153,7 @@ class InfraRSIProposer(Proposer):
         # the next prior-best config (often the same settings plus one) just as suspect.
         avail = avail & (self.crash_model.no_crash_probability(x) >= CRASH_BAR)
         exp_rows = [r for r in start.experience_rows(self.space, self.ctx.experience_configs,
-                                                     self.encoding.feasible_row) if avail[r]]
+                                                     self.encoding.feasible_row, self.ctx.baseline) if avail[r]]
         prior_mean, _ = self.time_model.predict_main(self.encoding.feasible_main)
         p_fit = self.memory_model.fit_probability_main(self.encoding.feasible_main)
         prior_rows = start.prior_best_rows(x, prior_mean, p_fit, avail, num_configs)

@@ -132,6 +132,16 @@ def test_first_batch_is_diverse_and_uses_experience():
     assert len({SPACE.key(c) for c in first}) == 3
 
 
+def test_experience_read_before_a_patch_knob_existed_starts_with_the_patch_off():
+    # The bank is read before the patch round adds its knobs: its configs do not name them.
+    space = KnobSpace(knobs=(*SPACE.knobs, Knob(name="patch_fused_loss", values=(False, True))))
+    baseline = {**BASELINE, "patch_fused_loss": False}
+    experience = {"micro_batch": 4, "checkpointing": "full", "compile": "on", "attention": "sdpa", "optimizer": "foreach"}
+    ctx = SearchContext(space=space, baseline=baseline, memory_capacity_bytes=CAPACITY_BYTES,
+                        experience_configs=(experience, {**experience, "no_such_knob": 1}))
+    assert make_proposer("engine", ctx).suggest(1) == [{**experience, "patch_fused_loss": False}]
+
+
 def test_builtin_priors_are_relative_to_the_baseline():
     space = KnobSpace(knobs=(Knob(name="checkpointing", values=("none", "selective", "full")),
                              Knob(name="mystery", values=(1, 2))))
