@@ -22,8 +22,8 @@ A new campaign reads it (``infrarsi.bank.similarity``: ``nearest_records``, then
 how similar their hardware and workload are (``similarity``) give start configs (their
 promoted config, then their fastest ok ones, projected onto the new knob space) and
 per-setting priors (their posterior effects on step time, memory and trial cost, with the
-spread widened as similarity falls). Campaigns are recorded at
-the end of the apply stage (``infrarsi.bank.campaign.record_campaign``).
+spread widened as similarity falls). Campaigns are recorded at the end of the apply stage
+(``infrarsi.bank.campaign.record_campaign``).
 """
 
 from __future__ import annotations
