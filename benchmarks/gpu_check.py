@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -136,6 +137,9 @@ def adapt_spec(data: dict, *, spec_dir: Path, num_gpus: int, capacity_bytes: int
         for name in MULTI_PROCESS_KNOBS:
             data["knobs"].pop(name, None)
             data["baseline"].pop(name, None)
+        # A constraint that names a dropped knob has nothing left to constrain.
+        data["constraints"] = [c for c in data.get("constraints", [])
+                               if not any(re.search(rf"\b{name}\b", c) for name in MULTI_PROCESS_KNOBS)]
     data["calibration"] = [v for v in data.get("calibration", []) if v.get("nproc", 1) in nproc]
     data["workload_dir"] = str((spec_dir / data.get("workload_dir", ".")).resolve())
     data["device"]["memory_capacity"] = int(capacity_bytes)

@@ -65,12 +65,17 @@ def test_the_gpu_spec_loads_and_adapts_to_a_one_gpu_machine(tmp_path):
     assert adapted.knobs["nproc"].values == [1] and adapted.resources.gpus_per_trial == 1
     # DDP's buckets and FSDP's sharding do nothing in one process: not searched on one GPU.
     assert not {"bucket_mb", "sharding"} & (set(adapted.knobs) | set(adapted.baseline))
+    assert adapted.constraints == ["micro_batch * nproc <= 64"]  # the one naming them went with them
     assert {"nproc": 2} not in adapted.calibration and {"precision": "bf16"} in adapted.calibration
     assert int(adapted.device.memory_capacity) == 150_754_820_096 and adapted.budget.num_trials == 10
     assert adapted.workload_dir == spec_path.parent
     two = gpu_check.adapt_spec(tomllib.loads(spec_path.read_text()), spec_dir=spec_path.parent, num_gpus=2,
                                capacity_bytes=150_754_820_096, budget=10)
     assert two["knobs"]["nproc"]["values"] == [1, 2] and {"bucket_mb", "sharding"} <= set(two["knobs"])
+    # With two processes they are searched, but only where there are two processes.
+    feasible = parse_spec(two, source="adapted", base_dir=tmp_path).space.feasible
+    assert {(c["bucket_mb"], c["sharding"]) for c in feasible if c["nproc"] == 1} == {(25, "ddp")}
+    assert len({(c["bucket_mb"], c["sharding"]) for c in feasible if c["nproc"] == 2}) > 1
 
 
 

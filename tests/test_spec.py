@@ -58,6 +58,15 @@ def test_builtin_spec_loads_and_round_trips(tmp_path):
     assert spec.space.is_feasible(spec.baseline)
 
 
+def test_builtin_spec_searches_ddp_bucket_sizes_only_between_processes():
+    """DDP's buckets do nothing in one process: the built-in search never runs (or models)
+    a one-process config at another bucket size than the baseline's."""
+    spec = load_spec(builtin_spec_path())
+    feasible = spec.space.feasible
+    assert {c["bucket_mb"] for c in feasible if c["nproc"] == 1} == {spec.baseline["bucket_mb"]}
+    assert {c["bucket_mb"] for c in feasible if c["nproc"] > 1} == set(spec.knobs["bucket_mb"].values)
+
+
 def test_only_real_processes_without_gpus_count_as_cpu_trials(tmp_path):
     """The CPU prior table applies to the built-in CPU job, not to GPU trials and not to the
     simulator, whose trials model GPUs though the harness gives them none."""
