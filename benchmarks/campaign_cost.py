@@ -20,7 +20,8 @@ cannot call, in verification's own rounds). Each part runs both side by side:
    is truly faster and every promotion is a false one.
 3. ``cpu``: the README's default campaign (``infrarsi campaign --json --fresh-doctor``) on
    this machine, in a fresh data folder and a cold torch.compile cache per run, through
-   each protocol's own CLI.
+   each protocol's own CLI. ``--keep DIR`` copies each run's campaign folder (its ledger,
+   summary and reports; not its trials' logs) to ``DIR`` before the temporary folder goes.
 
     python benchmarks/campaign_cost.py rule sim --seeds 2 --out docs/benchmark/campaign_cost
     python benchmarks/campaign_cost.py cpu --cpu-runs 3 --protocols new --out docs/benchmark/campaign_cost
@@ -37,6 +38,7 @@ import concurrent.futures
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -230,7 +232,7 @@ def sim_part(seeds: int, workers: int, protocols: list[str], tmp: Path) -> list[
 
 
 # ---- part 3: the default CPU campaign -----------------------------------------------------
-def cpu_part(runs: int, protocols: list[str], tmp: Path) -> list[dict]:
+def cpu_part(runs: int, protocols: list[str], tmp: Path, keep: Path | None = None) -> list[dict]:
     codes = _codes(protocols, tmp)
     rows = []
     for i in range(runs):
@@ -247,6 +249,9 @@ def cpu_part(runs: int, protocols: list[str], tmp: Path) -> list[dict]:
             if done.returncode:
                 raise RuntimeError(f"campaign failed ({protocol}):\n{done.stderr[-3000:]}")
             s = json.loads(done.stdout.strip().splitlines()[-1])
+            if keep is not None:
+                shutil.copytree(s["campaign_dir"], keep / f"cpu-{protocol}-{i}",
+                                ignore=shutil.ignore_patterns("trials", "repo", "worktrees"), dirs_exist_ok=True)
             counts, seconds = collections.Counter(), collections.Counter()
             for line in (Path(s["campaign_dir"]) / "ledger.jsonl").read_text().splitlines():
                 e = json.loads(line)
@@ -340,6 +345,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2000, help="rule: simulated verifications per cell")
     ap.add_argument("--cpu-runs", type=int, default=3)
     ap.add_argument("--protocols", nargs="+", default=["old", "new"], choices=["old", "new"])
+    ap.add_argument("--keep", type=Path, help="cpu: copy each run's campaign folder here (ledger, summary, reports)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmark" / "campaign_cost")
     ap.add_argument("--protocol", choices=["old", "new"], help=argparse.SUPPRESS)  # worker only
     ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
@@ -358,7 +364,7 @@ def main() -> int:
             t0 = time.perf_counter()
             rows = (rule_part(args.repeats) if part == "rule"
                     else sim_part(args.seeds, args.workers, args.protocols, Path(tmp))
-                    if part == "sim" else cpu_part(args.cpu_runs, args.protocols, Path(tmp)))
+                    if part == "sim" else cpu_part(args.cpu_runs, args.protocols, Path(tmp), args.keep))
             rows = [{**r, "command": command} for r in rows]  # each row says which run made it
             if part in ("sim", "cpu") and part in results:  # rows of a protocol not run again are kept
                 rows = [r for r in results[part]["rows"] if r["protocol"] not in args.protocols] + rows
