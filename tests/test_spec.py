@@ -59,8 +59,8 @@ def test_builtin_spec_loads_and_round_trips(tmp_path):
 
 
 def test_builtin_spec_searches_ddp_bucket_sizes_only_between_processes():
-    """DDP's buckets do nothing in one process: the built-in search never runs (or models)
-    a one-process config at another bucket size than the baseline's."""
+    """DDP's buckets do nothing in one process: no one-process config of the built-in
+    space has another bucket size than the baseline's, so the search never runs one."""
     spec = load_spec(builtin_spec_path())
     feasible = spec.space.feasible
     assert {c["bucket_mb"] for c in feasible if c["nproc"] == 1} == {spec.baseline["bucket_mb"]}
