@@ -107,6 +107,25 @@ class CampaignDir:
         return self.root / "priors.json"
 
     @property
+    def warnings(self) -> Path:
+        """Things the user must know that are not a trial's result (an LLM fallback, MLflow
+        spooling, a clipped budget): one JSON line each, shown on the console and in the report."""
+        return self.root / "warnings.jsonl"
+
+    def add_warning(self, source: str, message: str) -> None:
+        """Append one warning (``source``: the system or stage it comes from); a message
+        already recorded is not repeated."""
+        if any(w["message"] == message for w in self.read_warnings()):
+            return
+        with self.warnings.open("a") as fh:
+            fh.write(json.dumps({"source": source, "message": message}) + "\n")
+
+    def read_warnings(self) -> list[dict[str, str]]:
+        if not self.warnings.exists():
+            return []
+        return [json.loads(line) for line in self.warnings.read_text().splitlines() if line.strip()]
+
+    @property
     def tracking_uri(self) -> str:
         """The MLflow store this campaign logs to: the one fixed at init, else the machine's."""
         if self.options.exists():

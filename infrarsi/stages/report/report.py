@@ -71,6 +71,7 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         **campaign_mfu(spec=contract["spec"], hardware=contract.get("hardware", {}), doctor=doctor, promoted=promoted,
                        starts={t.trial_id: t.extra.get("start") or {} for t in trials}),
         "campaign_wall_s": _campaign_wall_s(cdir),
+        "warnings": [w["message"] for w in cdir.read_warnings()],
         **promotion_summary(cdir),
     }
 
