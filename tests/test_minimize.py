@@ -27,7 +27,7 @@ FAKE = Path(__file__).parent / "fake_workload.py"
 
 def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", objective: str = "",
           seed_mode: str = "ignore", minimize_pairs: int = 3, doctor_max_repeats: int = 5,
-          verify_pairs: int = 2) -> Path:
+          verify_pairs: int = 2, practical_margin: float = 0.01) -> Path:
     work = tmp / "fake"
     work.mkdir(exist_ok=True)
     shutil.copy(FAKE, work / "fake_workload.py")
@@ -45,7 +45,8 @@ def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", ob
               # sleeps are not slowed by other processes' CPU load: no re-measurements
               "[resources]", "cpus_per_trial = 1", "max_foreign_load_cores = 1000",
               "[budget]", "num_trials = 1", f"verify_pairs = {verify_pairs}", f"minimize_pairs = {minimize_pairs}",
-              "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}", objective]
+              "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}",
+              f"practical_margin = {practical_margin}", objective]
     path = tmp / "fake.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -80,26 +81,26 @@ def noop_campaign(tmp_path_factory, ray_session):
 
 def test_the_no_op_change_is_dropped_and_each_kept_change_has_its_contribution(noop_campaign):
     rt, doctor, verification, final = noop_campaign
-    assert verification.promoted.config == {"sleep": 0.15, "noop": "b"}
     assert final.promoted.config == {"sleep": 0.15, "noop": "a"}
     report = MinimizeReport.from_json(rt.cdir.read_json(rt.cdir.minimize))
     assert report.dropped == ("noop",)
     by_knob = {c.knob: c for c in report.contributions}
-    assert by_knob["sleep"].kept and by_knob["sleep"].contribution > 1.6 and by_knob["sleep"].ci_low > 1.3
-    assert not by_knob["noop"].kept and by_knob["noop"].note.startswith("not shown to pay")
-    assert by_knob["noop"].inert and not by_knob["sleep"].inert  # the calibration saw noop do nothing
-    # The model predicts that the sleep pays: nothing leaves it out. It cannot call noop from
-    # one calibration run: the winner less noop runs beside the winner, in rounds whose
-    # baseline run serves both, until its contribution is decided (at most minimize_pairs).
+    assert by_knob["sleep"].kept and by_knob["sleep"].ground == "pays (predicted)"
+    assert by_knob["sleep"].contribution > 1.6 and by_knob["sleep"].ci_low > 1.3
+    # The calibration ran noop alone: the same losses as the baseline and its speed: inert, a
+    # ground to drop it. The leader less noop (the smaller config) runs beside the leader in
+    # rounds whose baseline run serves both, and the rounds do not show it slower.
+    assert not by_knob["noop"].kept and by_knob["noop"].ground == "inert"
+    assert by_knob["noop"].inert and not by_knob["sleep"].inert
     assert by_knob["sleep"].source == "predicted" and by_knob["noop"].source == "measured"
     minimize_runs = [t for t in rt.ledger.trials() if t.role is Role.MINIMIZE]
     assert {tuple(sorted(t.config.items())) for t in minimize_runs} == {(("noop", "a"), ("sleep", 0.15))}
-    assert report.num_trials == len(minimize_runs) <= rt.spec.budget.minimize_pairs
+    assert report.num_trials == len(minimize_runs) <= rt.spec.budget.verify_pairs
     rounds = verification.rounds
-    assert all(set(r["runs"]) <= {"finalist 1", "finalist 1 less noop"} for r in rounds)
-    assert final.promoted.speedup > 1.6 and final.promoted.arm == "finalist 1 less noop"
+    assert all(set(r["runs"]) <= {"finalist 1", "leader less noop"} for r in rounds)
+    assert final.promoted.speedup > 1.6 and final.promoted.arm == "leader less noop"
     md = render_markdown(rt.cdir)
-    assert "## Promoted changes" in md and "| noop | a -> b |" in md and "inert" in md
+    assert "## Promoted changes" in md and "| noop | a -> b | dropped | inert |" in md
     # The experience bank records what minimization left promoted, not verification's winner.
     assert campaign_record(rt.cdir).promoted == {"sleep": 0.15, "noop": "a"}
 
@@ -171,16 +172,12 @@ def test_a_per_step_winner_that_loses_end_to_end_is_not_promoted(tmp_path, ray_s
     assert final.promoted is None
 
 
-def test_a_patch_proposed_during_the_run_is_left_out_like_a_knob(tmp_path, ray_session):
+def test_a_patch_proposed_during_the_run_must_pay_its_way(tmp_path, ray_session):
     """A patch accepted after doctor is a knob doctor's baseline never had; the winner
-    carries it. Minimization measures the winner without it (the default campaign once
-    stopped here with a KeyError) and drops it: this patch only adds a comment.
-
-    The model never saw the patch without the sleep change (both arrived in one trial), so
-    it cannot call either and plans a leave-one-out arm for each; the default cap, sized for
-    one such arm, keeps the patch's (``evidence.leave_one_out_order``: their predictions tie,
-    and the patch goes first). Before that rule the float noise in the tie chose, and CI once
-    drew the sleep's arm and kept the comment unmeasured."""
+    carries it. A patch is code the user would carry, so it is promoted only where shown to
+    pay: the model never saw it without the sleep change (both arrived in one trial), so the
+    smaller config leaves it out, and the leader against the smaller config measures it. This
+    patch only adds a comment: it does not pay, and it goes."""
     from infrarsi.patches.patch import Patch, make_diff
     from infrarsi.stages.run.patching import _grow
 
@@ -194,10 +191,10 @@ def test_a_patch_proposed_during_the_run_is_left_out_like_a_knob(tmp_path, ray_s
 
     winner = {"sleep": 0.15, "patch_comment": True}
     rt, _, verification, final = _campaign(tmp_path, spec, winner, after_doctor=propose_patch)
-    assert verification.promoted.config == winner
     report = MinimizeReport.from_json(rt.cdir.read_json(rt.cdir.minimize))
     by_knob = {c.knob: c for c in report.contributions}
     assert by_knob["patch_comment"].baseline_value is False and not by_knob["patch_comment"].kept
-    assert by_knob["patch_comment"].source == "measured"  # its leave-one-out arm ran
+    assert by_knob["patch_comment"].source == "measured"  # the leader against the config without it
+    assert by_knob["patch_comment"].ground in ("not shown to pay", "equivalent (measured)", "costs (measured)")
     assert by_knob["sleep"].kept and report.dropped == ("patch_comment",)
     assert final.promoted.config == {"sleep": 0.15, "patch_comment": False}

@@ -1,11 +1,12 @@
-"""Noise-aware promotion, sequentially: paired A B A B runs, a look after every pair.
+"""Promotion, sequentially: paired A B A B runs, a look after every pair, against 1 + the
+practical margin.
 
-Noise model: what doctor sees on a shared 2-core machine: each run's median step time is
-the true time times lognormal noise, on top of a slow drift of the machine that A and B
-runs taken moments apart share. Doctor's floor comes from its five baseline runs. The
-error rates asserted here are measured by simulating whole verifications with the rule
-the campaign uses (``infrarsi.stages.run.sequential``); ``benchmarks/campaign_cost.py`` tabulates
-them beside the fixed five-pair rule this one replaced.
+Noise model: what a shared 2-core machine shows: each run's median step time is the true
+time times lognormal noise, on top of a slow drift of the machine that A and B runs taken
+moments apart share. The noise is in the pairs' variance only: doctor's estimate does not
+enter the decision. The error rates asserted here are measured by simulating whole
+verifications with the rule the campaign uses (``infrarsi.stages.run.sequential``);
+``benchmarks/campaign_cost.py`` tabulates them.
 """
 
 import math
@@ -14,99 +15,78 @@ import numpy as np
 import pytest
 
 from infrarsi.contract.noise import cv_upper_bound, estimate_noise
-from infrarsi.stages.run.sequential import ALPHA, EARLY_LEVEL, Decision, SequentialRule, look, pair_noise
+from infrarsi.core.spec import BudgetSpec
+from infrarsi.stages.run.sequential import ALPHA, EARLY_LEVEL, Decision, SequentialRule, look
 
-MAX_PAIRS = 7  # the default budget.verify_pairs
-DOCTOR_RUNS = 5  # the default budget.doctor_max_repeats
+MAX_PAIRS = BudgetSpec().verify_pairs
+MARGIN = BudgetSpec().practical_margin
 NUM_WINDOW_STEPS = 5
 # Run CVs measured on this project's machines, from a well-tuned baseline on a quiet one
-# (0.3%) to a shared, loaded 2-core one (15%); within-run step spread as measured with
-# them (12-15% where the between-run figure read 0.3%).
-NOISE_LEVELS = [(0.003, 0.13), (0.01, 0.05), (0.035, 0.05), (0.15, 0.10)]
+# (0.3%) to a shared, loaded 2-core one (15%).
+RUN_CVS = [0.003, 0.01, 0.035, 0.15]
 
 
-def _doctor_floor(rng, run_cv: float, step_cv: float) -> float:
-    """Doctor's estimate from back-to-back baseline runs: each run's steps spread around
-    its own level, which moves between runs."""
-    levels = rng.lognormal(0, run_cv, DOCTOR_RUNS)
-    steps = [level * rng.lognormal(0, step_cv, NUM_WINDOW_STEPS) for level in levels]
-    return estimate_noise([float(np.median(s)) for s in steps], [list(s) for s in steps]).noise_cv
-
-
-def verify(log_ratios: list[float], floor: float, rule: SequentialRule) -> tuple[bool, int]:
+def verify(log_ratios: list[float], margin: float, rule: SequentialRule) -> tuple[bool, int]:
     """(promoted, pairs run): a look after every pair, as verification runs them."""
     for n in range(rule.min_pairs, len(log_ratios) + 1):
-        lk = look(rule, log_ratios[:n], floor)
+        lk = look(rule, log_ratios[:n], margin)
         if lk.decision is not Decision.CONTINUE:
             return lk.decision is Decision.CLEARS, n
     raise AssertionError("the last look always decides")
 
 
-def campaigns(true_speedup: float, run_cv: float, step_cv: float, seed: int, *, num_repeats: int = 1000,
-              verify_cv: float | None = None) -> tuple[float, float]:
-    """(promotion rate, mean pairs) over simulated verifications; ``verify_cv``: the pairs'
-    own run noise where the machine got noisier after doctor."""
+def campaigns(true_speedup: float, run_cv: float, seed: int, *, num_repeats: int = 1000,
+              max_pairs: int = MAX_PAIRS) -> tuple[float, float]:
+    """(promotion rate, mean pairs) over simulated verifications."""
     rng = np.random.default_rng(seed)
-    rule = SequentialRule(max_pairs=MAX_PAIRS)
+    rule = SequentialRule(max_pairs=max_pairs)
     promoted, pairs = 0, 0
     for _ in range(num_repeats):
-        floor = _doctor_floor(rng, run_cv, step_cv)
-        drift = np.exp(np.cumsum(rng.normal(0, 0.05, MAX_PAIRS)))  # load changes between pairs
-        base = drift * rng.lognormal(0, verify_cv or run_cv, MAX_PAIRS)
-        cand = drift / true_speedup * rng.lognormal(0, verify_cv or run_cv, MAX_PAIRS)
-        ok, n = verify([math.log(b / c) for b, c in zip(base, cand)], floor, rule)
+        drift = np.exp(np.cumsum(rng.normal(0, 0.05, max_pairs)))  # load changes between pairs
+        base = drift * rng.lognormal(0, run_cv, max_pairs)
+        cand = drift / true_speedup * rng.lognormal(0, run_cv, max_pairs)
+        ok, n = verify([math.log(b / c) for b, c in zip(base, cand)], MARGIN, rule)
         promoted, pairs = promoted + ok, pairs + n
     return promoted / num_repeats, pairs / num_repeats
 
 
 @pytest.mark.parametrize("run_cv", [0.003, 0.01, 0.035, 0.15])
 def test_a_candidate_exactly_at_the_threshold_clears_in_under_5_percent_of_verifications(run_cv):
-    """The test's own guarantee, whichever look it stops at: the floor held fixed, the true
-    speedup exactly 1 + floor, only the pairs' noise decides."""
+    """The test's own guarantee, whichever look it stops at: the true speedup exactly 1 + the
+    margin, only the pairs' noise decides."""
     rng = np.random.default_rng(int(run_cv * 1e4))
-    rule, floor = SequentialRule(max_pairs=MAX_PAIRS), 0.03
+    rule, margin = SequentialRule(max_pairs=MAX_PAIRS), 0.03
     cleared = 0
     for _ in range(4000):
-        x = list(math.log1p(floor) + rng.normal(0, math.sqrt(2) * run_cv, MAX_PAIRS))
-        cleared += verify(x, floor, rule)[0]
+        x = list(math.log1p(margin) + rng.normal(0, math.sqrt(2) * run_cv, MAX_PAIRS))
+        cleared += verify(x, margin, rule)[0]
     assert cleared / 4000 < ALPHA
 
 
-@pytest.mark.parametrize("run_cv,step_cv", NOISE_LEVELS)
-def test_a_true_zero_change_is_promoted_in_under_5_percent_of_repeats_at_every_measured_noise(run_cv, step_cv):
-    assert campaigns(1.0, run_cv, step_cv, seed=int(run_cv * 1e4))[0] < 0.05
+@pytest.mark.parametrize("run_cv", RUN_CVS)
+def test_a_true_zero_change_is_promoted_in_under_5_percent_of_repeats_at_every_measured_noise(run_cv):
+    assert campaigns(1.0, run_cv, seed=int(run_cv * 1e4))[0] < 0.05
 
 
-def test_a_machine_that_got_noisier_after_doctor_promotes_no_zero_change():
-    """Doctor saw 1% per run, the pairs 3.5%: the floor rises to what the pairs show."""
-    assert campaigns(1.0, 0.01, 0.05, seed=7, verify_cv=0.035)[0] < 0.05
+# The issue's bars (34): noise buys more pairs, not a higher bar. Before, with doctor's floor
+# as the bar, a true 1.15x at 3.5% was promoted 73% of the time and a 1.30x at 15% 8%.
+@pytest.mark.parametrize("run_cv,speedup,rate", [(0.003, 1.15, 0.99), (0.01, 1.15, 0.99), (0.035, 1.15, 0.95),
+                                                 (0.15, 1.3, 0.80), (0.15, 2.0, 0.99)])
+def test_a_real_speedup_is_promoted_however_noisy_the_machine(run_cv, speedup, rate):
+    assert campaigns(speedup, run_cv, seed=2)[0] >= rate
 
 
-# At each noise level, a speedup the fixed five-pair rule promoted in over 90% of repeats
-# (benchmarks/campaign_cost.py): the sequential rule must promote it as often.
-REAL_SPEEDUPS = [(0.003, 0.13, 1.3), (0.01, 0.05, 1.15), (0.035, 0.05, 1.3), (0.15, 0.10, 2.0)]
+def test_noise_buys_pairs_not_a_higher_bar():
+    """A 1.3x on a 15% machine: the test runs more rounds than on a quiet one, and promotes
+    it far more often with room for ten than it could with room for five."""
+    quiet, noisy = campaigns(1.3, 0.01, seed=4), campaigns(1.3, 0.15, seed=4)
+    assert noisy[1] > quiet[1] + 3
+    assert campaigns(1.3, 0.15, seed=4, max_pairs=5)[0] + 0.2 < noisy[0]
 
 
-@pytest.mark.parametrize("run_cv,step_cv,speedup", REAL_SPEEDUPS)
-def test_a_real_speedup_is_promoted_in_over_90_percent_of_repeats(run_cv, step_cv, speedup):
-    assert campaigns(speedup, run_cv, step_cv, seed=2)[0] > 0.90
-
-
-def test_a_real_15_percent_speedup_at_4_percent_noise_is_promoted_in_over_90_percent_of_repeats():
-    """The fixed rule's own test: doctor's floor as the spread of three runs, no more."""
-    rng = np.random.default_rng(2)
-    rule, promoted = SequentialRule(max_pairs=MAX_PAIRS), 0
-    for _ in range(2000):
-        drift = np.exp(np.cumsum(rng.normal(0, 0.05, MAX_PAIRS)))
-        base, cand = drift * rng.lognormal(0, 0.04, MAX_PAIRS), drift / 1.15 * rng.lognormal(0, 0.04, MAX_PAIRS)
-        floor = float(np.std(rng.lognormal(0, 0.04, 3), ddof=1))
-        promoted += verify([math.log(b / c) for b, c in zip(base, cand)], floor, rule)[0]
-    assert promoted / 2000 > 0.90
-
-
-@pytest.mark.parametrize("run_cv,step_cv,most_pairs", [(0.003, 0.13, 2.3), (0.035, 0.05, 2.8), (0.15, 0.10, 3.8)])
-def test_a_clear_3x_winner_stops_after_two_or_three_pairs(run_cv, step_cv, most_pairs):
-    rate, pairs = campaigns(3.0, run_cv, step_cv, seed=3)
+@pytest.mark.parametrize("run_cv,most_pairs", [(0.003, 2.3), (0.035, 3.3), (0.15, 4.5)])
+def test_a_clear_3x_winner_stops_after_a_few_pairs(run_cv, most_pairs):
+    rate, pairs = campaigns(3.0, run_cv, seed=3)
     assert rate > 0.99 and pairs <= most_pairs
 
 
@@ -117,6 +97,7 @@ def test_the_looks_spend_alpha_between_them_and_the_last_look_keeps_most_of_it()
         assert sum(levels) == pytest.approx(ALPHA) and levels[-1] == pytest.approx(last)
     rule = SequentialRule(max_pairs=MAX_PAIRS)
     assert rule.multiplier(2) > rule.multiplier(3) > rule.multiplier(5)
+    assert sum(rule.level(n) for n in range(2, MAX_PAIRS + 1)) == pytest.approx(ALPHA)
 
 
 def test_a_look_clears_continues_or_stops_by_its_bounds():
@@ -124,11 +105,12 @@ def test_a_look_clears_continues_or_stops_by_its_bounds():
     assert look(rule, [math.log(3.0)] * 1, 0.05).decision is Decision.CONTINUE  # one pair: never
     clear = look(rule, [math.log(3.0), math.log(3.02)], 0.05)
     assert clear.decision is Decision.CLEARS and clear.low > math.log(1.05)
-    assert look(rule, [0.0, 0.001], 0.05).decision is Decision.CANNOT_CLEAR  # upper bound under the floor
+    assert look(rule, [0.0, 0.0003], 0.05).decision is Decision.CANNOT_CLEAR  # upper bound under the margin
     assert look(rule, [0.2, 0.0], 0.05).decision is Decision.CONTINUE
-    assert look(rule, [0.2, 0.0, 0.1, 0.15, 0.02, 0.1, 0.05], 0.05).decision is Decision.CANNOT_CLEAR  # the last look
-    noisy = look(rule, [0.1, 0.3], 0.01)
-    assert noisy.floor == pytest.approx(pair_noise([0.1, 0.3])) and noisy.floor > 0.01  # risen to the pairs' noise
+    last = SequentialRule(max_pairs=7)
+    assert look(last, [0.2, 0.0, 0.1, 0.15, 0.02, 0.1, 0.05], 0.05).decision is Decision.CANNOT_CLEAR  # the last look
+    noisy = look(rule, [0.1, 0.3], 0.01)  # 10% per-run noise widens the bound; the bar stays at the margin
+    assert noisy.pair_noise_cv == pytest.approx(0.1) and noisy.threshold == pytest.approx(math.log1p(0.01))
 
 
 def test_doctor_does_not_read_quiet_back_to_back_runs_as_a_quiet_machine():

@@ -1,11 +1,12 @@
 """A verdict from an arm's rounds (stages/run/verify.py), on hand-made runs: what decided
-it, what may still undo it, and which cleared arm minimization promotes."""
+it, what may still undo it, and which cleared arm minimization promotes (and on what ground)."""
 
 import pytest
 
 from infrarsi.core.trial import Outcome, Role, TrialResult
-from infrarsi.stages.run.evidence import FINALIST, Arm
+from infrarsi.stages.run.evidence import FINALIST, IDLE, PAYS, UNCERTAIN, Arm, ChangeEvidence, VerificationPlan
 from infrarsi.stages.run.minimize import _choose, _Runs
+from infrarsi.stages.run.minimize import _evidence as _evidence_of
 from infrarsi.stages.run.sequential import SequentialRule
 from infrarsi.stages.run.verify import Verdict, VerificationReport, _Arm, _verdict
 
@@ -78,16 +79,53 @@ def _rounds(leader_s: list[float], smaller_s: list[float]) -> _Runs:
     return runs
 
 
-@pytest.mark.parametrize("smaller_s, promoted", [
-    # 0.5% slower on average in three pairs that spread 0.3%, against a 0.34% floor: not shown
-    # slower, so the config without the change is promoted (the point estimate kept the no-op).
-    ([0.15075, 0.15030, 0.15120], "finalist 1 less noop"),
-    # 5% slower in every pair: shown slower, the change stays.
-    ([0.1575, 0.1574, 0.1576], "finalist 1"),
-])
-def test_a_change_stays_in_the_promoted_config_only_where_leaving_it_out_is_shown_to_cost(smaller_s, promoted):
+def _evidence(call: str, low: float, high: float, *, paid: bool = False, inert: bool = False) -> dict:
+    """The leader's noop change as minimization sees it: the time model's call and interval."""
+    change = ChangeEvidence(knob="noop", baseline_value="a", value="b", call=call, predicted=(low + high) / 2,
+                            predicted_low=low, predicted_high=high)
+    plan = VerificationPlan(arms=(), changes={}, margin=MARGIN)
+    return {"noop": _evidence_of(change, plan, _rounds([], []), paid, inert, MARGIN, None, True)}
+
+
+MARGIN = 0.01
+BASE = {"sleep": 0.3, "noop": "a"}
+
+
+def _choice(smaller_s: list[float], evidence: dict) -> str:
     leader = _cleared("finalist 1", {"sleep": 0.15, "noop": "b"}, 2.0)
     smaller = _cleared("finalist 1 less noop", {"sleep": 0.15, "noop": "a"}, 1.99)
-    report = VerificationReport(verdicts=(leader, smaller), noise_floor=0.0034)
-    best, chosen, why = _choose(report, _rounds([0.15] * 3, smaller_s), {"sleep": 0.3, "noop": "a"}, 0.0034, None)
-    assert best is leader and chosen.arm == promoted, why
+    report = VerificationReport(verdicts=(leader, smaller), margin=MARGIN)
+    best, chosen, why = _choose(report, _rounds([0.15] * 3, smaller_s), BASE, evidence, set(), MARGIN, None)
+    assert best is leader
+    return chosen.arm
+
+
+# 0.5% slower on average in three pairs that spread 0.3%: neither shown slower nor shown within
+# the 1% margin (its upper bound reaches past it).
+UNSURE = [0.15075, 0.15030, 0.15120]
+
+
+def test_a_change_without_evidence_to_drop_it_stays_in_the_promoted_config():
+    """Failing to show the arm without it slower is not evidence that the change does nothing."""
+    assert _choice(UNSURE, _evidence(UNCERTAIN, 0.97, 1.05)) == "finalist 1"
+
+
+@pytest.mark.parametrize("evidence", [
+    _evidence(IDLE, 0.995, 1.004),  # predicted equivalent: its interval lies below 1 + the margin
+    _evidence(IDLE, 0.95, 0.99),  # predicted to cost
+    _evidence(UNCERTAIN, 0.9, 1.1, inert=True),  # doctor's calibration saw it do nothing
+    _evidence(UNCERTAIN, 0.9, 1.1, paid=True),  # it changes the numerics and was not shown to pay
+])
+def test_a_change_with_a_ground_to_drop_it_goes_where_the_rounds_do_not_contradict(evidence):
+    assert _choice(UNSURE, evidence) == "finalist 1 less noop"
+    # 5% slower in every pair: the rounds show that what it leaves out pays, whatever was predicted
+    assert _choice([0.1575, 0.1574, 0.1576], evidence) == "finalist 1"
+
+
+def test_an_arm_shown_within_the_margin_of_the_fastest_replaces_it_without_a_ground_per_change():
+    """0.1% slower in three pairs that agree to 0.03%: the upper bound sits under 1 + the margin."""
+    assert _choice([0.15015, 0.15012, 0.15018], _evidence(UNCERTAIN, 0.97, 1.05)) == "finalist 1 less noop"
+
+
+def test_a_change_that_pays_by_prediction_is_never_dropped():
+    assert _choice(UNSURE, _evidence(PAYS, 1.02, 1.08)) == "finalist 1"

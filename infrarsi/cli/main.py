@@ -182,6 +182,14 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _contribution(c: dict) -> str:
+    """A change's contribution as the console says it: measured or predicted, and its ground."""
+    share = ("no figure" if c["contribution"] is None
+             else f"{c.get('source', 'measured')} {c['contribution']:.2f}x"
+             + (f" (90% CI {c['ci'][0]:.2f}-{c['ci'][1]:.2f})" if c.get("ci") else ""))
+    return share + (f"; {c['ground']}" if c.get("ground") else "")
+
+
 def _print_summary(summary: dict, as_json: bool) -> None:
     if summary.get("verified_speedup"):
         lo, hi = summary["speedup_ci"]
@@ -191,10 +199,9 @@ def _print_summary(summary: dict, as_json: bool) -> None:
         if summary.get("end_to_end_speedup") is not None:
             print(f"per step {summary['step_speedup']:.2f}x; job of {summary['job_steps']:,.0f} steps")
         for c in summary.get("promoted_changes") or []:
-            share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
-            print(f"  {c['knob']}: {c['from']} -> {c['to']}, contributes {share}")
+            print(f"  {c['knob']}: {c['from']} -> {c['to']}, {_contribution(c)}")
         for c in summary.get("dropped_changes") or []:
-            print(f"  dropped {c['knob']}={c['to']}: did not pay")
+            print(f"  dropped {c['knob']}: {c['from']} -> {c['to']}, {_contribution(c)}")
     else:
         print("no candidate passed verification; the baseline stands")
     if summary.get("canary_effective") is False:

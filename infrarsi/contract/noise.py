@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from scipy import stats
 
-WEAK_BELOW_RUNS = 5
+WEAK_BELOW_RUNS = 4
 UPPER_BOUND_CONFIDENCE = 0.90
 # Sampling error of the median of n normal draws: sqrt(pi / 2) * sigma / sqrt(n).
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
@@ -27,7 +27,7 @@ MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 
 @dataclass(frozen=True, kw_only=True)
 class NoiseEstimate:
-    noise_cv: float  # what promotion and minimization use
+    noise_cv: float  # a diagnostic, and a prior on what paired runs can tell apart
     between_run_cv: float
     between_run_cv_upper: float
     within_run_cv: float  # median over runs of the steps' CV

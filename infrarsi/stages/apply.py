@@ -70,8 +70,8 @@ def _contribution_lines(minimize: Mapping[str, Any] | None) -> list[str]:
         share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
         ci = "" if c["ci_low"] is None else f" (90% CI {c['ci_low']:.2f}-{c['ci_high']:.2f})"
         state = "kept" if c["kept"] else "DROPPED"
-        inert = ", inert in calibration" if c["inert"] else ""
-        out.append(f"- {c['knob']}={c['value']}: {share}{ci} {c.get('source', 'measured')}, {state}{inert}")
+        ground = f" ({c['ground']})" if c.get("ground") else ", inert in calibration" if c["inert"] else ""
+        out.append(f"- {c['knob']}={c['value']}: {share}{ci} {c.get('source', 'measured')}, {state}{ground}")
     return out
 
 
@@ -86,7 +86,8 @@ def commit_message(contract: Contract, doctor: DoctorReport, verification: Verif
         "",
         f"Campaign {contract.campaign_id} verified a {v.speedup:.2f}x speedup "
         f"(90% CI {v.ci_low:.2f}-{v.ci_high:.2f}) in {len(v.pairs)} interleaved A/B pairs "
-        f"against the baseline ({doctor.step_time_s * 1000:.1f} ms/step, noise floor {verification.noise_floor:.1%}).",
+        f"against the baseline ({doctor.step_time_s * 1000:.1f} ms/step), clearing 1 + the practical margin "
+        f"{verification.margin:.1%}.",
         _objective_line(v),
         *_contribution_lines(minimize),
         "",

@@ -20,14 +20,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from infrarsi.contract.checks import enforce
 from infrarsi.contract.loss_contract import ClassReference, LossContract
 from infrarsi.contract.loss_reference import LossReference
 from infrarsi.contract.numerics import NumericsClass, changing_knobs, class_config, class_of, describe, feasible_classes
 from infrarsi.core.errors import ContractError
-from infrarsi.core.knobs import Config
+from infrarsi.core.knobs import Config, Value
 from infrarsi.core.spec import ContractSpec
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.stages.budget import TrialBudgetExhausted
@@ -256,3 +256,39 @@ def canary_split_runner(rt: CampaignRuntime, seed: int,
         except TrialBudgetExhausted:
             return None
     return run
+
+
+def inert_knobs(doctor: Any, trials: Sequence[TrialResult], margin: float) -> dict[str, Value]:
+    """Knob settings doctor's calibration ran alone (one knob off the baseline) that moved
+    neither the losses nor the speed, whatever their numerics class: {knob: value}.
+
+    Losses: no further from the reference than the baseline's own repeats are (bit-identical
+    where the job is deterministic: a ``dtype`` a CPU job ignores). Speed: the variant's step
+    time inside the range of doctor's warm baseline runs, widened by the practical margin.
+    One run cannot show a speed unmoved; identical losses say the job computed the same
+    thing, and the run says it did not get measurably faster doing it. Minimization still
+    keeps such a change where the rounds show the config without it slower.
+    """
+    by_id = {t.trial_id: t for t in trials if not t.extra.get("retried")}
+    reference = tuple(doctor.reference_losses)
+    repeats = [by_id[i] for i in doctor.trial_ids if i in by_id and by_id[i].outcome is Outcome.OK]
+    spread = max((_loss_gap(r.losses, reference) for r in repeats), default=0.0)
+    if not reference or not doctor.run_step_times_s:
+        return {}
+    low = min(doctor.run_step_times_s) / (1 + margin)
+    high = max(doctor.run_step_times_s) * (1 + margin)
+    out: dict[str, Value] = {}
+    for t in by_id.values():
+        if t.role is not Role.CALIBRATE or t.extra.get("job_seed") is not None or t.outcome is not Outcome.OK:
+            continue
+        changed = {k: v for k, v in t.config.items() if doctor.baseline.get(k, False) != v}
+        if len(changed) == 1 and _loss_gap(t.losses, reference) <= spread and low <= t.step_time_s <= high:
+            out.update(changed)
+    return out
+
+
+def _loss_gap(losses: Sequence[float], reference: Sequence[float]) -> float:
+    """The largest relative difference step by step (inf where the lengths differ)."""
+    if len(losses) != len(reference) or not reference:
+        return float("inf")
+    return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference))

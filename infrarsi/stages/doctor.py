@@ -31,7 +31,7 @@ class DoctorReport:
     trial_ids: tuple[str, ...]
     step_time_s: float  # median over runs of each run's median step time
     run_step_times_s: tuple[float, ...]
-    noise_cv: float  # the noise of one run's median step time (infrarsi.contract.noise): the noise floor
+    noise_cv: float  # the noise of one run's median step time (infrarsi.contract.noise): a diagnostic and a prior
     within_run_cv: float
     reference_losses: tuple[float, ...]
     loss_tolerance: float
@@ -78,10 +78,14 @@ def _baseline_run(rt: CampaignRuntime) -> TrialResult:
 
 
 def _clean(runs: list[TrialResult]) -> list[TrialResult]:
-    # A run still contaminated after its re-measurements says nothing about this machine's
-    # own noise: leave it out while two clean runs remain.
-    clean = [r for r in runs if not r.extra.get("contaminated")]
-    return clean if len(clean) >= 2 else runs
+    """The runs that measure the machine as the campaign's trials will find it. The first
+    run is cold (file cache, allocator, compile caches: a default campaign's first run once
+    took 1071 ms a step against ~875 ms after) and goes while two others remain; so does a
+    run still contaminated after its re-measurements, which says nothing about this
+    machine's own noise."""
+    warm = runs[1:] if len(runs) > 2 else runs
+    clean = [r for r in warm if not r.extra.get("contaminated")]
+    return clean if len(clean) >= 2 else warm
 
 
 def _baseline_runs(rt: CampaignRuntime) -> tuple[list[TrialResult], NoiseEstimate]:

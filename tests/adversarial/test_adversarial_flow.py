@@ -20,6 +20,11 @@ def test_a_campaign_with_cheats_never_promotes_one(tmp_path, ray_session, prefec
     # patch rounds (which add built-in patches by the profile's timings) the space is fixed,
     # so the random draws at the spec's seed are too.
     spec.write_text(spec.read_text() + 'num_trials = 5\n[search]\nproposer = "random"\npatch_rounds = 0\n')
+    # A patch on in any run that broke the contract is out of the campaign: a trial that ran
+    # the replay cheat beside the tokens cheat would take the replay cheat out before
+    # verification. Kept apart, the replay cheat passes every search trial at the contract's
+    # seed, becomes a finalist, and only the canary seed can reject it.
+    spec.write_text('constraints = ["not (patch_replay_cached_loss and patch_fewer_tokens)"]\n' + spec.read_text())
     from flows.campaign import campaign as campaign_flow
     from infrarsi.core.options import CampaignOptions
 

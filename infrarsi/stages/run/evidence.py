@@ -5,26 +5,32 @@ Doctor's baseline runs, its calibration variants and the search's trials, all at
 contract's seed, fit the engine's models once more (time, memory, crash; every outcome).
 From them:
 
-- **Finalists**: the measured ok configs that beat the baseline by more than its noise,
-  ranked by the time model's posterior, which weighs each single measurement against its
-  neighbours. The leader is verified; a runner-up too while the model gives it at least
-  ``RUNNER_UP_CHANCE`` of being faster than the leader by more than the noise floor (up
-  to ``budget.num_finalists``): within the floor, verification could not tell them apart.
+- **Finalists**: the measured ok configs that beat the baseline by more than the practical
+  margin (``budget.practical_margin``), ranked by the time model's posterior, which weighs
+  each single measurement against its neighbours. The leader is verified; a runner-up too
+  while the model gives it at least ``RUNNER_UP_CHANCE`` of being faster than the leader by
+  more than doctor's noise (up to ``budget.num_finalists``): here the noise is a prior on
+  what verification's pairs can tell apart, never a bar a speedup must clear. Configs
+  carrying a patch that broke the contract in any run are out.
 - **The leader's changes**, each reverted alone, get a predicted contribution (the time
-  without it over the time with it) with a 90% interval. A change whose interval lies
-  above 1 + the noise floor pays and is kept without a trial; one whose interval lies
-  below it is *idle*. Where the interval straddles the floor but the posterior leans
-  far one way (P(it pays) at least ``LEAN`` with the interval above 1, or at most
-  1 - ``LEAN``), the change is called as it leans; the rest are *uncertain*. A change
-  without which a recorded run failed, or without which the memory model does not expect
-  the config to fit, is *needed*; one whose reversal breaks a constraint is *coupled*. With a declared job
-  length the objective includes start-up, which the model does not predict: every change
-  is then uncertain.
-- **Arms**: the finalists; the leader less every idle change that can go (kept feasible
-  and, by the memory and crash models, likely to fit and to run): the *smaller* config;
-  and that config less each uncertain change (*leave-one-out*), for the changes the model
-  cannot call. Verification runs all of them in the same rounds against one baseline run
-  each (``stages.verify``); minimization picks among those that cleared
+  without it over the time with it) with a 90% interval, and a call. A change is dropped
+  only on evidence, and these calls are the predicted part of it:
+  *pays* where the interval lies above 1 (above 1 + the margin for a change the user
+  carries at a cost besides time: one that changes the numerics, or a code patch);
+  *idle* where it lies below 1 + the margin (predicted to cost, or equivalent within the
+  margin); *inert* where doctor's calibration ran it alone and saw the losses and the
+  speed unmoved; *needed* where a recorded run without it failed or the memory model does
+  not expect the config without it to fit; *coupled* where leaving it out alone breaks a
+  constraint; *uncertain* otherwise. With a declared job length the objective includes
+  start-up, which the model does not predict: every change that is not inert, needed or
+  coupled is then uncertain.
+- **Arms**: the leader; the *smaller* config, the leader less every change there is
+  evidence to drop now (idle, inert) and every numerics-changing or patch change not
+  predicted to pay (those pay their way or go: the leader against the smaller config
+  measures them), each revert kept feasible and, by the memory and crash models, likely to
+  fit and to run; the runners-up; and the smaller config less each uncertain change
+  (*leave-one-out*). Verification runs all of them in the same rounds against one baseline
+  run each (``stages.verify``); minimization picks among those that cleared
   (``stages.minimize``).
 
 The plan is written to the campaign folder before any round runs, so a resumed campaign
@@ -44,6 +50,7 @@ from infrarsi.contract.loss_contract import LossContract
 from infrarsi.core.knobs import PATCH_KNOB_PREFIX, Config, Value
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.proposers.engine_proposer import CRASH_BAR, FIT_BAR
+from infrarsi.stages.calibration import inert_knobs
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.runtime import CampaignRuntime
 
@@ -54,18 +61,6 @@ RUNNER_UP_CHANCE = 0.10
 # The predicted contribution's interval: two-sided 90%, each side a one-sided 95% bound.
 INTERVAL = 0.90
 _Z = float(stats.norm.ppf(0.5 + INTERVAL / 2))
-# A change whose interval straddles the floor is still called without a trial where the
-# posterior leans this far one way: kept at P(it pays) >= LEAN where its interval also
-# lies above 1 (the model is sure it helps at all: a change no trial ever separated from
-# the others, such as a patch that only ever ran with the winner's other changes, gets an
-# interval far below 1 whatever its mean), reverted with the idle changes in the smaller
-# config at P(it pays) <= 1 - LEAN. Neither call can cost speed unseen: a kept change is
-# in the config verification measures, and a reverted one is dropped only when the
-# smaller config, measured, holds up. Only the changes in between get a leave-one-out
-# arm. Chosen on one default CPU campaign's ledger (in-sample): its 13.9% floor left four
-# of the leader's six changes straddling it (P(it pays) 0.07-0.72); at 2/3 all four are
-# called and the smaller config tests the three that lean idle at once.
-LEAN = 2 / 3
 # Under a trial cap, the arms run at most the rounds the cap affords with every arm in each
 # round, and each arm's sequential test has its last look there; arms leave (leave-one-out
 # first, then the smaller config, then runners-up) while fewer than this many rounds fit.
@@ -74,7 +69,8 @@ LEAN = 2 / 3
 # a 3.2x leader that its early looks could not clear, and promoted a 2.2x leave-one-out arm.
 MIN_ROUNDS = 3
 
-PAYS, IDLE, UNCERTAIN, NEEDED, COUPLED = "pays", "idle", "uncertain", "needed", "coupled"
+PAYS, IDLE, INERT, UNCERTAIN, NEEDED, COUPLED = "pays", "idle", "inert", "uncertain", "needed", "coupled"
+CALLS = (PAYS, IDLE, INERT, UNCERTAIN, NEEDED, COUPLED)
 FINALIST, SMALLER, LEAVE_ONE_OUT = "finalist", "smaller", "leave_one_out"
 
 
@@ -85,7 +81,7 @@ class ChangeEvidence:
     knob: str
     baseline_value: Value
     value: Value
-    call: str  # PAYS, IDLE, UNCERTAIN, NEEDED or COUPLED
+    call: str  # one of CALLS
     predicted: float | None = None  # the model's contribution: time without the change / with it
     predicted_low: float | None = None
     predicted_high: float | None = None
@@ -114,7 +110,7 @@ class VerificationPlan:
     arms: tuple[Arm, ...]
     # Each finalist's changes, in the space's knob order, by arm key; the leader's decided its arms.
     changes: Mapping[str, tuple[ChangeEvidence, ...]]
-    noise_floor: float  # doctor's: what a change must beat to pay
+    margin: float  # budget.practical_margin: the smallest speedup worth having
     note: str = ""
 
     @property
@@ -129,13 +125,13 @@ class VerificationPlan:
     def to_json(self) -> dict[str, Any]:
         return {"arms": [asdict(a) | {"config": dict(a.config)} for a in self.arms],
                 "changes": {k: [asdict(c) for c in cs] for k, cs in self.changes.items()},
-                "noise_floor": self.noise_floor, "note": self.note}
+                "margin": self.margin, "note": self.note}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "VerificationPlan":
         return cls(arms=tuple(Arm(**{**a, "reverts": tuple(a["reverts"])}) for a in d["arms"]),
                    changes={k: tuple(ChangeEvidence(**c) for c in cs) for k, cs in d["changes"].items()},
-                   noise_floor=d["noise_floor"], note=d.get("note", ""))
+                   margin=d.get("margin", d.get("noise_floor", 0.0)), note=d.get("note", ""))
 
 
 def full_baseline(rt: CampaignRuntime, doctor: DoctorReport) -> dict[str, Value]:
@@ -154,23 +150,46 @@ def evidence_model(rt: CampaignRuntime, priors: Any, history: Sequence[TrialResu
     return model.fitted()
 
 
-def _candidates(history: Sequence[TrialResult], doctor: DoctorReport, base: Config) -> list[TrialResult]:
-    """The fastest run of each distinct ok config that beats the baseline by more than its noise."""
+def _candidates(rt: CampaignRuntime, history: Sequence[TrialResult], doctor: DoctorReport,
+                base: Config) -> list[TrialResult]:
+    """The fastest run of each distinct ok config that beats the baseline by more than the
+    practical margin, without a patch that broke the contract anywhere."""
+    tainted = tainted_patches(history)
     best: dict[tuple, TrialResult] = {}
     for r in history:
-        if r.outcome is not Outcome.OK or r.role is Role.DOCTOR or {**base, **r.config} == base:
+        config = {**base, **r.config}
+        if (r.outcome is not Outcome.OK or r.role is Role.DOCTOR or config == base
+                or any(config.get(k) is True for k in tainted)):
             continue
-        key = tuple(sorted({**base, **r.config}.items()))
+        key = tuple(sorted(config.items()))
         if key not in best or r.step_time_s < best[key].step_time_s:
             best[key] = r
-    floor = doctor.step_time_s / (1 + doctor.noise_cv)
-    return [r for r in best.values() if r.step_time_s < floor]
+    bar = doctor.step_time_s / (1 + rt.spec.budget.practical_margin)
+    return [r for r in best.values() if r.step_time_s < bar]
+
+
+def tainted_patches(trials: Sequence[TrialResult]) -> set[str]:
+    """Patch knobs that were on in a run that broke the contract: a patch can keep the numerics
+    in one config (bit-identical under bf16) and change them in another (fp32), so passing in
+    the promoted config proves nothing about the rest, and such a patch is out of the campaign."""
+    return {k for t in trials if t.outcome is Outcome.CONTRACT_VIOLATION
+            for k, v in t.config.items() if k.startswith(PATCH_KNOB_PREFIX) and v is True}
+
+
+def must_pay(rt: CampaignRuntime, doctor: DoctorReport) -> set[str]:
+    """Knobs whose change the user carries at a cost besides time: those doctor's loss
+    contract counts as changing the numerics (the job computes other numbers) and code
+    patches (code to keep). Each is promoted only where shown to pay at least the margin."""
+    losses = doctor.loss_reference
+    changing = losses.changing_knobs if isinstance(losses, LossContract) else ()
+    return {*changing, *(n for n in rt.space.names if n.startswith(PATCH_KNOB_PREFIX))}
 
 
 def _finalists(rt: CampaignRuntime, model: Any, candidates: list[TrialResult], base: Config,
                threshold: float) -> list[TrialResult]:
     """The leader by the model's posterior, then runners-up with a real chance of being
-    faster than it by more than ``threshold`` (the log of 1 + the noise floor)."""
+    faster than it by more than ``threshold`` (the log of 1 + doctor's noise: what the
+    pairs could tell apart)."""
     space, tm = rt.space, model.time_model
     idx = [np.array(space.indices({**base, **r.config})) for r in candidates]
     means, _ = tm.predict(np.array(idx))
@@ -191,7 +210,9 @@ def _failed_without(history: Sequence[TrialResult], config: Config, base: Config
 
 
 def _call(rt: CampaignRuntime, model: Any, leader: Config, knob: str, base: Config, history: Sequence[TrialResult],
-          threshold: float, per_step: bool) -> ChangeEvidence:
+          *, margin: float, per_step: bool, inert: Mapping[str, Value], paid: bool) -> ChangeEvidence:
+    """What the runs in hand say about the leader's change of ``knob``; ``paid``: it must be
+    shown to pay at least the margin (numerics or a patch, ``must_pay``)."""
     space, tm = rt.space, model.time_model
     common = dict(knob=knob, baseline_value=base[knob], value=leader[knob])
     alt = {**leader, knob: base[knob]}
@@ -209,34 +230,38 @@ def _call(rt: CampaignRuntime, model: Any, leader: Config, knob: str, base: Conf
     if p_fit < FIT_BAR:
         return ChangeEvidence(**common, **predicted, call=NEEDED,
                               reason=f"the memory model gives the config without it P(fit) = {p_fit:.2f}")
+    if inert.get(knob) == leader[knob]:
+        return ChangeEvidence(**common, **predicted, call=INERT, reason=(
+            "inert: doctor's calibration ran it alone and saw the baseline's losses and speed unmoved"))
     if not per_step:
         return ChangeEvidence(**common, **predicted, call=UNCERTAIN,
                               reason="a declared job length counts start-up, which the model does not predict")
-    if low > threshold:
-        return ChangeEvidence(**common, **predicted, call=PAYS,
-                              reason="predicted to pay: its interval clears the floor")
-    if high < threshold:
-        return ChangeEvidence(**common, **predicted, call=IDLE,
-                              reason="predicted not to pay: its interval lies below the floor")
-    p_pays = float(stats.norm.cdf((mean - threshold) / sd))
-    if p_pays >= LEAN and low > 0.0:
+    bar = math.log1p(margin) if paid else 0.0
+    if low > bar:
         return ChangeEvidence(**common, **predicted, call=PAYS, reason=(
-            f"likely to pay: P(it pays) = {p_pays:.2f}, and its interval, which straddles the floor, "
-            "lies above 1"))
-    if p_pays <= 1 - LEAN:
+            f"predicted to pay: its interval lies above {'1 + the margin' if paid else '1'}"))
+    if high < math.log1p(margin):
         return ChangeEvidence(**common, **predicted, call=IDLE, reason=(
-            f"likely not to pay: its interval straddles the floor, but P(it pays) = {p_pays:.2f}"))
-    return ChangeEvidence(**common, **predicted, call=UNCERTAIN,
-                          reason=f"the model cannot call it (P(it pays) = {p_pays:.2f}): measured")
+            "predicted to cost: its interval lies below 1" if high < 0 else
+            "predicted equivalent: its interval lies below 1 + the margin"))
+    return ChangeEvidence(**common, **predicted, call=UNCERTAIN, reason="the model cannot call it: measured "
+                          + ("with the leader against the smaller config" if paid else "by leaving it out"))
 
 
-def _smaller(rt: CampaignRuntime, model: Any, leader: Config, changes: list[ChangeEvidence]
+def _reverted(c: ChangeEvidence, paid: set[str]) -> bool:
+    """Whether the smaller config leaves ``c`` out: evidence to drop it is in hand, or it
+    is a change the user carries at a cost (numerics, a patch) not predicted to pay."""
+    return c.call in (IDLE, INERT) or (c.call == UNCERTAIN and c.knob in paid)
+
+
+def _smaller(rt: CampaignRuntime, model: Any, leader: Config, changes: list[ChangeEvidence], paid: set[str]
              ) -> tuple[dict[str, Value], list[ChangeEvidence]]:
-    """The leader less every idle change that can go, least predicted contribution first:
-    each revert must keep the config feasible and, by the models, likely to fit and to run."""
+    """The leader less every change ``_reverted`` picks that can go, least predicted
+    contribution first: each revert must keep the config feasible and, by the models,
+    likely to fit and to run."""
     space, config, out = rt.space, dict(leader), []
-    for c in sorted(changes, key=lambda c: (c.call != IDLE, c.predicted or 0.0)):
-        if c.call != IDLE:
+    for c in sorted(changes, key=lambda c: (not _reverted(c, paid), c.predicted or 0.0)):
+        if not _reverted(c, paid):
             out.append(c)
             continue
         trial = {**config, c.knob: c.baseline_value}
@@ -261,62 +286,62 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
     calibration's and the search's); read back from the campaign folder when it exists."""
     if rt.cdir.plan.exists():
         return VerificationPlan.from_json(rt.cdir.read_json(rt.cdir.plan))
-    budget = rt.spec.budget
+    budget, margin = rt.spec.budget, rt.spec.budget.practical_margin
     base = full_baseline(rt, doctor)
-    candidates = _candidates(history, doctor, base)
+    candidates = _candidates(rt, history, doctor, base)
     if not candidates:
-        plan = VerificationPlan(arms=(), changes={}, noise_floor=doctor.noise_cv,
-                                note="no run beat the baseline by more than its noise: nothing to verify")
+        plan = VerificationPlan(arms=(), changes={}, margin=margin, note=(
+            f"no run beat the baseline by more than the practical margin ({margin:.1%}): nothing to verify"))
         rt.cdir.write_json(rt.cdir.plan, plan.to_json())
         return plan
     model = evidence_model(rt, priors, history)
-    threshold = math.log1p(doctor.noise_cv)
-    finals = _finalists(rt, model, candidates, base, threshold)
+    finals = _finalists(rt, model, candidates, base, math.log1p(doctor.noise_cv))
     arms = [Arm(key=f"finalist {i + 1}", kind=FINALIST, config={**base, **r.config}, source_trial_id=r.trial_id,
                 max_pairs=budget.verify_pairs) for i, r in enumerate(finals)]
+    paid, inert = must_pay(rt, doctor), inert_knobs(doctor, rt.ledger.trials(), margin)
     per_step = rt.spec.objective.job_steps is None and rt.spec.objective.job_hours is None
-    calls = {a.key: [_call(rt, model, dict(a.config), k, base, history, threshold, per_step)
+    calls = {a.key: [_call(rt, model, dict(a.config), k, base, history, margin=margin, per_step=per_step,
+                           inert=inert, paid=k in paid)
                      for k in rt.space.names if a.config[k] != base[k]] for a in arms}
     leader, changes = dict(arms[0].config), calls[arms[0].key]
     names = [c.knob for c in changes]
     note = f"{len(finals)} finalist(s) of {len(candidates)} configs that beat the baseline"
     if len(changes) > 1 and budget.minimize_pairs > 0:
-        smaller, changes = _smaller(rt, model, leader, changes)
+        smaller, changes = _smaller(rt, model, leader, changes, paid)
         parent = next((a for a in arms if rt.space.key(a.config) == rt.space.key(smaller)), None)
         if parent is None:
             reverts = tuple(k for k in names if smaller[k] != leader[k])
             parent = Arm(key="leader less " + ", ".join(reverts), kind=SMALLER, config=smaller,
                          source_trial_id=arms[0].source_trial_id, max_pairs=budget.verify_pairs,
                          parent=arms[0].key, reverts=reverts)
-            arms.append(parent)
+            arms.insert(1, parent)  # before the runners-up: the cap takes them first
         seen = {rt.space.key(a.config) for a in arms}
-        for c in sorted((c for c in changes if c.call == UNCERTAIN), key=leave_one_out_order):
+        for c in sorted((c for c in changes if c.call == UNCERTAIN and c.knob not in paid), key=leave_one_out_order):
             alone = {**parent.config, c.knob: c.baseline_value}
-            if rt.space.violated(alone) or rt.space.key(alone) in seen:
-                continue
+            if rt.space.violated(alone) or rt.space.key(alone) in seen | {rt.space.key(base)}:
+                continue  # the baseline itself: the smaller config's own verdict measures the change
             seen.add(rt.space.key(alone))
             arms.append(Arm(key=f"{parent.key} less {c.knob}", kind=LEAVE_ONE_OUT, config=alone,
                             source_trial_id=arms[0].source_trial_id, max_pairs=max(2, budget.minimize_pairs),
                             parent=parent.key, reverts=(*parent.reverts, c.knob)))
         calls[arms[0].key] = changes
-        counts = {c: sum(1 for x in changes if x.call == c) for c in (PAYS, IDLE, UNCERTAIN, NEEDED, COUPLED)}
+        counts = {c: sum(1 for x in changes if x.call == c) for c in CALLS}
         note += "; the leader's changes: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n)
     arms, rounds = within_cap(arms, rt.trials_left, doctor)
     if rounds < budget.verify_pairs:
         note += f"; the trial cap affords {rounds} round(s) of {len(arms)} arm(s)"
-    plan = VerificationPlan(arms=tuple(arms), changes={k: tuple(v) for k, v in calls.items()},
-                            noise_floor=doctor.noise_cv, note=note)
+    plan = VerificationPlan(arms=tuple(arms), changes={k: tuple(v) for k, v in calls.items()}, margin=margin,
+                            note=note)
     rt.cdir.write_json(rt.cdir.plan, plan.to_json())
     return plan
 
 
-def leave_one_out_order(c: ChangeEvidence) -> tuple[float, bool, str]:
+def leave_one_out_order(c: ChangeEvidence) -> tuple[float, str]:
     """The order uncertain changes get leave-one-out arms in, which a trial cap cuts from
     the end: least predicted contribution first (the likeliest to be dropped). Changes the
     runs in hand cannot tell apart (they only ever ran together) get one prediction, equal
-    but for float noise in the last digits: among those a patch, code the user would carry,
-    is measured before a launch knob, then by name."""
-    return round(c.predicted or 0.0, 9), not c.knob.startswith(PATCH_KNOB_PREFIX), c.knob
+    but for float noise in the last digits: those go by name, so the noise never decides."""
+    return round(c.predicted or 0.0, 9), c.knob
 
 
 def round_runs(arms: Sequence[Arm], doctor: DoctorReport) -> list[tuple[Config, Role]]:
@@ -353,4 +378,5 @@ def finalist_plan(rt: CampaignRuntime, doctor: DoctorReport, trials: Sequence[Tr
     base = full_baseline(rt, doctor)
     arms = tuple(Arm(key=f"finalist {i + 1}", kind=FINALIST, config={**base, **r.config}, source_trial_id=r.trial_id,
                      max_pairs=rt.spec.budget.verify_pairs) for i, r in enumerate(trials))
-    return VerificationPlan(arms=arms, changes={}, noise_floor=doctor.noise_cv, note="finalists given by hand")
+    return VerificationPlan(arms=arms, changes={}, margin=rt.spec.budget.practical_margin,
+                            note="finalists given by hand")

@@ -1,21 +1,33 @@
-"""run (minimization, after verification): promote the smallest change that pays.
+"""run (minimization, after verification): promote the smallest change the evidence allows.
 
 The verified winner usually changes several knobs; some do nothing for the user (a
 precision knob a CPU job ignores, a compile whose start-up a short job never repays).
 No trial runs here: verification already measured the plan's arms side by side
 (``stages.evidence`` plans them, ``stages.verify`` runs them): the finalists, the leader
-less the changes the time model expects not to pay (the *smaller* config), and that
-config less each change the model could not call (*leave-one-out*). Among the arms that
-cleared verification the best is the fastest; promoted is the one with the fewest
-changes that the rounds it shared with the best do not show slower than the best by more
-than the noise floor (the paired test a candidate passes against the baseline, at its last
-look; ties: the faster): a change is promoted over a config without it only where it is
-shown to pay. A change the smaller config reverts is dropped only because a config without
-it was measured; a change the model expects to pay is kept without a trial.
+less the changes there was evidence to drop (the *smaller* config), and that config less
+each change the time model could not call (*leave-one-out*).
 
-Each of the leader's changes is reported with its contribution (the objective without it
-over with it; > 1: it pays) and where that figure comes from: the time model's
-prediction with its 90% interval, or the pairs of its leave-one-out arm.
+The fastest arm that cleared verification is promoted unless the evidence says the user
+loses nothing by less: failing to show a difference is not evidence of none. A change is
+dropped only on one of these grounds (``Ground``):
+
+- *equivalent*: leaving it out is shown to cost less than the practical margin
+  (``budget.practical_margin``): the upper bound of its contribution, measured by its
+  leave-one-out arm or predicted by the time model, lies below 1 + the margin; or the arm
+  without it (with others) is shown within the margin of the fastest in the rounds they
+  shared;
+- *costs*: that bound lies below 1;
+- *inert*: doctor's calibration ran it alone and saw the losses and the speed unmoved;
+- *not shown to pay*: a change the user carries at a cost besides time (one that changes
+  the numerics, a code patch) stays only where shown to pay at least the margin.
+
+A smaller arm replaces the fastest where every change it leaves out has one of these
+grounds and the rounds they shared do not show it slower, or where those rounds show it
+within the margin; a change whose measured contribution lies above 1 is never dropped.
+An arm carrying a patch that broke the contract in any run is never promoted. Each of the
+leader's changes is reported with its contribution (the objective without it over with
+it; > 1: it pays), where that figure comes from (*measured* by leave-one-out pairs, or
+*predicted* with the model's 90% interval) and the ground it was kept or dropped on.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ from typing import Any, Mapping
 from infrarsi.core.knobs import Value
 from infrarsi.core.objective import job_steps, run_time_s
 from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.stages.calibration import inert_knobs
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.run.evidence import (
     COUPLED,
@@ -34,14 +47,32 @@ from infrarsi.stages.run.evidence import (
     LEAVE_ONE_OUT,
     NEEDED,
     PAYS,
-    UNCERTAIN,
     ChangeEvidence,
     VerificationPlan,
     full_baseline,
+    must_pay,
+    tainted_patches,
 )
-from infrarsi.stages.run.sequential import Decision, Look, SequentialRule, log_ratios, look
+from infrarsi.stages.run.sequential import Look, SequentialRule, log_ratios, look
 from infrarsi.stages.run.verify import Verdict, VerificationReport
 from infrarsi.stages.runtime import CampaignRuntime
+
+
+class Ground:
+    """Why a change was kept or dropped: the short names the report and the console show."""
+
+    EQUIVALENT = "equivalent"
+    COSTS = "costs"
+    INERT = "inert"
+    NOT_SHOWN = "not shown to pay"
+    PAYS = "pays"
+    NEEDED = "needed"
+    COUPLED = "coupled"
+    NO_EVIDENCE = "no evidence to drop it"
+    NO_ARM = "no promotable arm without it"
+    FASTEST_WITHOUT = "the fastest arm leaves it out"
+    SET_EQUIVALENT = "equivalent (measured with the other changes left out)"
+    ONLY_CHANGE = "the verified speedup"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +90,7 @@ class Contribution:
     inert: bool = False  # doctor's calibration saw it move neither the loss nor the speed
     kept: bool = True
     source: str = "measured"  # "measured" (leave-one-out pairs) or "predicted" (the time model)
+    ground: str = ""  # a Ground: why it was kept or dropped
     note: str = ""
 
 
@@ -68,7 +100,7 @@ class MinimizeReport:
     promoted: Mapping[str, Value] | None
     contributions: tuple[Contribution, ...]
     dropped: tuple[str, ...]
-    noise_floor: float
+    margin: float
     job_steps: float | None
     num_trials: int  # runs of the smaller configs (their baselines are verification's)
     note: str
@@ -84,33 +116,6 @@ class MinimizeReport:
                               for c in d["contributions"])
         return cls(**{**d, "contributions": contributions, "dropped": tuple(d["dropped"]),
                       "final": VerificationReport.from_json(d["final"])})
-
-
-# A calibration variant's one run is held to doctor's median within this many noise
-# widths, and never less than INERT_MIN: at one width a variant that does nothing read as
-# moving the speed about a third of the time (the noise is one run's spread, the run is one
-# draw of it), and on a machine as quiet as 0.08% a sleep-timed job's no-op variant ran
-# 0.23% off the median, a drift five back-to-back runs had not shown.
-INERT_WIDTHS = 3.0
-INERT_MIN = 0.005
-
-
-def inert_knobs(rt: CampaignRuntime, doctor: DoctorReport) -> dict[str, Value]:
-    """Single-knob calibration variants that moved the loss no more than baseline repeats
-    do and the step time no more than the noise (``INERT_WIDTHS`` of it, at least
-    ``INERT_MIN``): {knob: value}."""
-    repeats = max((abs(r.get("deviation") or 0.0) for r in doctor.calibration
-                   if r.get("config") == "baseline repeats"), default=0.0)
-    times = {t.trial_id: t.step_time_s for t in rt.ledger.trials() if t.role is Role.CALIBRATE}
-    out = {}
-    for row in doctor.calibration:
-        cfg, t = row.get("config"), times.get(row.get("trial_id"))
-        if not isinstance(cfg, dict) or len(cfg) != 1 or row.get("deviation") is None or t is None:
-            continue
-        moved = abs(t / doctor.step_time_s - 1)
-        if abs(row["deviation"]) <= repeats and moved <= max(INERT_WIDTHS * doctor.noise_cv, INERT_MIN):
-            out.update(cfg)
-    return out
 
 
 class _Runs:
@@ -136,85 +141,120 @@ class _Runs:
                      if ra[i].outcome is Outcome.OK and rb[i].outcome is not Outcome.OK), None)
 
 
-def _ratio(pairs: list[tuple[TrialResult, TrialResult]], steps: float | None) -> float | None:
-    """Geometric mean of a's objective over b's, pair by pair."""
-    if not pairs:
+def _paired_look(pairs: list[tuple[TrialResult, TrialResult]], margin: float, steps: float | None) -> Look:
+    """The sequential test's last look at ``pairs`` (a's run, b's run): the bounds on how
+    much faster b is than a, at the level a candidate clears the baseline at."""
+    logs = log_ratios([run_time_s(a, steps) for a, _ in pairs], [run_time_s(b, steps) for _, b in pairs])
+    return look(SequentialRule(max_pairs=max(len(logs), 2)), logs, margin)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Evidence:
+    """What is known about one change of the leader."""
+
+    change: ChangeEvidence
+    contribution: Contribution  # kept=True, ground="" until the choice
+    drop: str | None  # a Ground to drop it on, or None
+    keep: str  # the Ground to keep it on where it is kept
+    measured_pays: bool = False  # a measured contribution above 1: never dropped
+
+
+def _evidence(c: ChangeEvidence, plan: VerificationPlan, runs: _Runs, paid: bool, inert: bool, margin: float,
+              steps: float | None, measure: bool) -> _Evidence:
+    """Change ``c``'s contribution and grounds, from the pairs of an arm that leaves out just
+    this change against its parent where one ran (a leave-one-out arm, or a smaller config
+    that reverts only this change; ``measure``: the leader's family), else from the time
+    model's call."""
+    common = dict(knob=c.knob, baseline_value=c.baseline_value, value=c.value, inert=inert)
+    arm = next((a for a in plan.arms if a.parent and a.reverts[-1:] == (c.knob,)
+                and (a.kind == LEAVE_ONE_OUT or len(a.reverts) == 1)), None) if measure else None
+    pairs = runs.shared(arm.key, arm.parent) if arm is not None else []  # (without it, with it)
+    if len(pairs) >= 2:
+        job, step = _paired_look(pairs, margin, steps), _paired_look(pairs, margin, None)
+        contribution = Contribution(**common, contribution=math.exp(job.mean), ci_low=math.exp(job.low),
+                                    ci_high=math.exp(job.high), step_contribution=math.exp(step.mean),
+                                    pairs=tuple((w.trial_id, o.trial_id) for o, w in pairs), source="measured")
+        low, high, where = job.low, job.high, "measured"
+    else:
+        failed = runs.failed_without(arm.parent, arm.key) if arm is not None else None
+        contribution = Contribution(**common, contribution=c.predicted, ci_low=c.predicted_low,
+                                    ci_high=c.predicted_high, step_contribution=c.predicted, source="predicted",
+                                    note=f"without it {failed.trial_id} ended {failed.outcome.value} "
+                                         f"({failed.reason[:120]})" if failed else c.reason)
+        if failed is not None:
+            return _Evidence(change=c, contribution=contribution, drop=None, keep=Ground.NEEDED)
+        if c.call in (NEEDED, COUPLED):
+            return _Evidence(change=c, contribution=contribution, drop=None, keep=c.call)
+        called = c.call in (PAYS, IDLE) and c.predicted_low is not None  # else its interval decides nothing
+        low, high = (math.log(c.predicted_low), math.log(c.predicted_high)) if called else (-math.inf, math.inf)
+        where = "predicted"
+    bar = math.log1p(margin)
+    if low > (bar if paid else 0.0):
+        return _Evidence(change=c, contribution=contribution, drop=None, keep=f"{Ground.PAYS} ({where})",
+                         measured_pays=where == "measured")
+    drop = (Ground.INERT if inert else f"{Ground.COSTS} ({where})" if high < 0
+            else f"{Ground.EQUIVALENT} ({where})" if high < bar else Ground.NOT_SHOWN if paid else None)
+    return _Evidence(change=c, contribution=contribution, drop=drop, keep=Ground.NO_EVIDENCE,
+                     measured_pays=where == "measured" and low > 0)
+
+
+def _changes(config: Mapping[str, Value], base: Mapping[str, Value]) -> int:
+    return sum(1 for k, x in config.items() if base.get(k) != x)
+
+
+def _acceptable(v: Verdict, best: Verdict, runs: _Runs, base: Mapping[str, Value], evidence: Mapping[str, _Evidence],
+                margin: float, steps: float | None) -> str | None:
+    """Why ``v``, an arm that leaves some of ``best``'s changes out, may be promoted in its
+    place (None: it may not)."""
+    left_out = [k for k, x in best.config.items() if v.config.get(k) != x]
+    if any(v.config.get(k) != base.get(k) for k in left_out):  # not a subset of best's changes
         return None
-    logs = log_ratios([run_time_s(a, steps) for a, _ in pairs], [run_time_s(b, steps) for _, b in pairs])
-    return math.exp(sum(logs) / len(logs))
+    if any(k not in evidence or evidence[k].measured_pays for k in left_out):
+        return None
+    shared = runs.shared(v.arm, best.arm)  # (v's run, best's run)
+    lk = _paired_look(shared, margin, steps) if len(shared) >= 2 else None
+    if lk is not None and lk.high < lk.threshold:
+        return (f"{v.arm} is shown within the practical margin ({margin:.1%}) of the fastest ({best.arm}) in the "
+                f"{len(shared)} rounds they shared: {math.exp(lk.mean):.3f}x its objective, upper bound "
+                f"{math.exp(lk.high):.3f}")
+    if lk is not None and lk.low > 0:
+        return None  # shown slower: what it leaves out pays, together
+    if not all(evidence[k].drop for k in left_out):
+        return None
+    grounds = "; ".join(f"{k}: {evidence[k].drop}" for k in left_out)
+    seen = f", and {len(shared)} shared rounds do not show it slower" if lk is not None else ""
+    return f"{v.arm} leaves out only changes with grounds to drop them ({grounds}){seen}"
 
 
-def _paired_look(pairs: list[tuple[TrialResult, TrialResult]], floor: float, steps: float | None) -> Look:
-    """The sequential test's last look at ``pairs`` (a's run, b's run): does b beat a by
-    more than the floor, at the level a candidate clears the baseline at?"""
-    logs = log_ratios([run_time_s(a, steps) for a, _ in pairs], [run_time_s(b, steps) for _, b in pairs])
-    return look(SequentialRule(max_pairs=max(len(logs), 2)), logs, floor)
-
-
-def _shown_slower(pairs: list[tuple[TrialResult, TrialResult]], floor: float, steps: float | None) -> bool:
-    """Whether a's runs are shown slower than b's by more than the floor: by the paired test
-    from two pairs on (the same a candidate must pass against the baseline), by the ratio
-    of a single pair."""
-    if len(pairs) < 2:
-        return _ratio(pairs, steps) > 1.0 + floor
-    return _paired_look(pairs, floor, steps).decision is Decision.CLEARS
-
-
-def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Value], floor: float,
-            steps: float | None) -> tuple[Verdict | None, Verdict | None, str]:
-    """(the best cleared arm, the promoted one, why)."""
-    cleared = [v for v in verification.verdicts if v.clears]
+def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Value],
+            evidence: Mapping[str, _Evidence], tainted: set[str], margin: float, steps: float | None
+            ) -> tuple[Verdict | None, Verdict | None, str]:
+    """(the fastest cleared arm, the promoted one, why)."""
+    cleared = [v for v in verification.verdicts if v.clears and not any(v.config.get(k) is True for k in tainted)]
     if not cleared:
         return None, None, "nothing cleared verification: the baseline stands"
     best = max(cleared, key=lambda v: v.speedup)
-    within = []
-    for v in cleared:
-        shared = runs.shared(v.arm, best.arm)
-        if v is best or (shared and not _shown_slower(shared, floor, steps)):
-            ratio = 1.0 if v is best else _ratio(shared, steps)
-            within.append((sum(1 for k, x in v.config.items() if base.get(k) != x), -v.speedup, v, ratio))
-    *_, chosen, ratio = min(within, key=lambda w: w[:2])
-    if chosen is best:
-        return best, chosen, f"{best.arm}, the fastest arm that cleared, is the smallest within noise of itself"
-    return best, chosen, (f"{chosen.arm} is the smallest arm within noise of the fastest ({best.arm}): "
-                          f"its objective is {ratio:.3f}x the fastest's in the rounds they shared, not "
-                          f"shown slower by more than the floor {floor:.3f}")
+    ok = [(v, why) for v in cleared if v is not best
+          for why in [_acceptable(v, best, runs, base, evidence, margin, steps)] if why]
+    if not ok:
+        return best, best, f"{best.arm}, the fastest arm that cleared: no smaller arm has the evidence to replace it"
+    chosen, why = min(ok, key=lambda w: (_changes(w[0].config, base), -w[0].speedup))
+    if _changes(chosen.config, base) >= _changes(best.config, base):
+        return best, best, f"{best.arm}, the fastest arm that cleared, is as small as any arm that could replace it"
+    return best, chosen, why
 
 
-def _contribution(c: ChangeEvidence, plan: VerificationPlan | None, runs: _Runs, promoted: Mapping[str, Value] | None,
-                  inert: Mapping[str, Value], steps: float | None, floor: float) -> Contribution:
-    kept = promoted is None or promoted.get(c.knob) == c.value
-    common = dict(knob=c.knob, baseline_value=c.baseline_value, value=c.value, inert=inert.get(c.knob) == c.value,
-                  kept=kept)
-    predicted = dict(contribution=c.predicted, ci_low=c.predicted_low, ci_high=c.predicted_high,
-                     step_contribution=c.predicted, source="predicted")
-    arm = next((a for a in plan.arms if a.kind == LEAVE_ONE_OUT and a.reverts[-1] == c.knob), None) if plan else None
-    if c.call != UNCERTAIN or arm is None:
-        note = {PAYS: "predicted to pay: kept without a trial", NEEDED: f"needed: {c.reason}",
-                COUPLED: c.reason, IDLE: "predicted not to pay",
-                UNCERTAIN: "the model could not call it"}[c.call]
-        if c.call in (IDLE, UNCERTAIN):
-            note += ("; dropped: a config without it cleared within noise of the fastest" if not kept
-                     else "; kept: no config without it cleared within noise of the fastest" if plan
-                     else "; kept: measured configs without it are the leader's, not this finalist's")
-        return Contribution(**common, **predicted, note=note)
-    pairs = runs.shared(arm.key, arm.parent)  # (without it, with it)
-    failed = runs.failed_without(arm.parent, arm.key)
-    ids = tuple((w.trial_id, o.trial_id) for o, w in pairs)
-    if len(pairs) < 2:
-        why = (f"without it {failed.trial_id} ended {failed.outcome.value} ({failed.reason[:120]})" if failed
-               else "too few pairs to measure it")
-        return Contribution(**common, contribution=None, ci_low=None, ci_high=None, step_contribution=None,
-                            pairs=ids, note=why)
-    job, step = _paired_look(pairs, floor, steps), _paired_look(pairs, floor, None)
-    pays = job.decision is Decision.CLEARS
-    note = ("pays" if pays else f"kept: {failed.trial_id} without it ended {failed.outcome.value}" if failed
-            else f"costs more than it saves: without it {math.exp(-job.mean):.3f}x faster" if job.high < -job.threshold
-            else f"not shown to pay beyond the noise floor {job.floor:.3f}")
-    if not pays and kept and not failed:
-        note += "; kept: the config without it was not the one promoted"
-    return Contribution(**common, contribution=math.exp(job.mean), ci_low=math.exp(job.low),
-                        ci_high=math.exp(job.high), step_contribution=math.exp(step.mean), pairs=ids, note=note)
+def _contributions(evidence: Mapping[str, _Evidence], chosen: Verdict, best: Verdict) -> list[Contribution]:
+    """Each change's contribution with the ground it was kept or dropped on."""
+    out = []
+    for k, e in evidence.items():
+        kept = chosen.config.get(k) == e.change.value
+        if kept:
+            ground = Ground.NO_ARM if e.drop else e.keep
+        else:
+            ground = e.drop or (Ground.FASTEST_WITHOUT if chosen is best else Ground.SET_EQUIVALENT)
+        out.append(replace(e.contribution, kept=kept, ground=ground))
+    return out
 
 
 def _final(verification: VerificationReport, promoted: Verdict | None, why: str) -> VerificationReport:
@@ -228,39 +268,53 @@ def _final(verification: VerificationReport, promoted: Verdict | None, why: str)
     return replace(verification, verdicts=tuple(verdicts))
 
 
+def _single(c: ChangeEvidence, chosen: Verdict) -> Contribution:
+    """The one change of a one-change winner: its contribution is the verified speedup."""
+    return Contribution(knob=c.knob, baseline_value=c.baseline_value, value=c.value, contribution=chosen.speedup,
+                        ci_low=chosen.ci_low, ci_high=chosen.ci_high, step_contribution=chosen.step_speedup,
+                        pairs=chosen.pairs, ground=Ground.ONLY_CHANGE,
+                        note="one change: its contribution is the verified speedup")
+
+
 def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: VerificationReport) -> VerificationReport:
-    """The verification report with the smallest arm within noise of the best promoted."""
+    """The verification report with the smallest arm the evidence allows promoted."""
     path = rt.cdir.minimize
     if path.exists():
         return MinimizeReport.from_json(rt.cdir.read_json(path)).final
+    margin = rt.spec.budget.practical_margin
     plan = VerificationPlan.from_json(verification.plan) if verification.plan else VerificationPlan(
-        arms=(), changes={}, noise_floor=doctor.noise_cv)
-    floor, steps = verification.noise_floor, job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
-    base, runs = full_baseline(rt, doctor), _Runs(rt, verification)
-    best, chosen, why = _choose(verification, runs, base, floor, steps)
+        arms=(), changes={}, margin=margin)
+    steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
+    base, runs, trials = full_baseline(rt, doctor), _Runs(rt, verification), rt.ledger.trials()
+    paid, inert = must_pay(rt, doctor), inert_knobs(doctor, trials, margin)
+    leader = plan.leader.key if plan.arms else None
+    changes = plan.changes.get(leader, ()) if leader else ()
+    measure = rt.spec.budget.minimize_pairs > 0
+    evidence = {c.knob: _evidence(c, plan, runs, c.knob in paid, inert.get(c.knob) == c.value, margin, steps,
+                                  measure) for c in changes}
+    best, chosen, why = _choose(verification, runs, base, evidence, tainted_patches(trials), margin, steps)
     final = _final(verification, chosen, why) if chosen is not None else verification
     family = plan.family(chosen.arm) if chosen is not None and plan.arms else None
-    changes = plan.changes.get(family, ()) if family else ()
+    family_changes = plan.changes.get(family, ()) if family else ()
     contributions: list[Contribution] = []
-    if len(changes) == 1:
-        c = changes[0]
-        contributions = [Contribution(knob=c.knob, baseline_value=c.baseline_value, value=c.value,
-                                      contribution=chosen.speedup, ci_low=chosen.ci_low, ci_high=chosen.ci_high,
-                                      step_contribution=chosen.step_speedup, pairs=chosen.pairs,
-                                      note="one change: its contribution is the verified speedup")]
-    elif changes:
-        inert = inert_knobs(rt, doctor)
-        measured = family == plan.leader.key and rt.spec.budget.minimize_pairs > 0
-        contributions = [_contribution(c, plan if measured else None, runs, chosen.config, inert, steps, floor)
-                         for c in changes]
+    if len(family_changes) == 1:
+        contributions = [_single(family_changes[0], chosen)]
+    elif family_changes and family == leader:
+        contributions = _contributions(evidence, chosen, best)
+    elif family_changes:  # a runner-up won: no arm measured its changes
+        contributions = [replace(_evidence(c, plan, runs, c.knob in paid, inert.get(c.knob) == c.value, margin,
+                                           steps, False).contribution, ground=Ground.NO_EVIDENCE,
+                                 note="a runner-up's change: only the leader's were measured")
+                         for c in family_changes]
     dropped = tuple(c.knob for c in contributions if not c.kept)
     note = why if chosen is not None else "nothing was promoted: nothing to minimize"
-    if len(changes) > 1 and rt.spec.budget.minimize_pairs == 0:
-        note += "; budget.minimize_pairs = 0: the winner is promoted as verified"
-    num = sum(1 for t in rt.ledger.trials() if t.role is Role.MINIMIZE and not t.extra.get("retried"))
-    winner = next((dict(a.config) for a in plan.arms if a.key == family), {})
+    if len(family_changes) > 1 and not measure:
+        note += "; budget.minimize_pairs = 0: no change was measured by leaving it out"
+    num = sum(1 for t in trials if t.role is Role.MINIMIZE and not t.extra.get("retried"))
+    winner = dict(best.config) if best is not None else {}
     report = MinimizeReport(winner=winner, contributions=tuple(contributions),
                             promoted=dict(final.promoted.config) if final.promoted else None, dropped=dropped,
-                            noise_floor=floor, job_steps=steps, num_trials=num, note=note, final=final)
+                            margin=margin, job_steps=steps, num_trials=num, note=note, final=final)
     rt.cdir.write_json(path, report.to_json())
     return final
+

@@ -3,8 +3,8 @@ grows the campaign's knob space with what the gate accepts.
 
 The space grows in place on the runtime (``rt.spec``, ``rt.space``, ``rt.contract``): an
 accepted patch becomes the boolean knob ``patch_<name>`` (baseline False), pairs that do
-not apply together become constraints, and a patch whose trial broke the contract gets
-the constraint ``not patch_<name>`` so no proposer suggests it again. Every decision is a
+not apply together become constraints, and a patch that was on in a trial that broke the
+contract gets the constraint ``not patch_<name>`` so no proposer suggests it again. Every decision is a
 ledger event (``patch_accepted``, ``patch_refused``, ``patch_retired``), which is also how
 a resumed campaign rebuilds the same space.
 """
@@ -113,26 +113,19 @@ def patch_round(rt: CampaignRuntime, doctor: DoctorReport, trials: list[TrialRes
 
 
 def retire_violators(rt: CampaignRuntime, result: TrialResult) -> bool:
-    """A contract violation retires each patch it can be pinned on: the same config with
-    that patch off ran ok (or is the baseline). True when the space changed."""
+    """A contract violation retires every patch that was on in it: a patch can keep the
+    numerics in one config (bit-identical under bf16) and change them in another (fp32), so
+    a run it passed elsewhere does not clear it, and which of several patches broke the
+    contract cannot be told from one run. True when the space changed."""
     if result.outcome is not Outcome.CONTRACT_VIOLATION:
         return False
     on = [p for p in contract_patches(rt.contract) if result.config.get(p.knob) is True]
     retired = {e["knob"] for e in rt.ledger.events() if e["kind"] == "patch_retired"}
     changed = False
     for p in on:
-        if p.knob not in retired and _only_new_setting(result, p, rt):
+        if p.knob not in retired:
             rt.ledger.append("patch_retired", {"name": p.name, "knob": p.knob, "trial_id": result.trial_id,
                                                "reason": result.reason})
             _grow(rt, retire=p.knob)
             changed = True
     return changed
-
-
-def _only_new_setting(result: TrialResult, patch: Patch, rt: CampaignRuntime) -> bool:
-    """The violating config differs from an ok trial only in this patch."""
-    other = {**result.config, patch.knob: False}
-    if all(rt.spec.baseline.get(k, False) == v for k, v in other.items()):
-        return True
-    return any(r.outcome is Outcome.OK and all(r.config.get(k, False) == v for k, v in other.items())
-               for r in rt.ledger.trials())

@@ -6,12 +6,13 @@ run is paired with a baseline run taken moments before and slow drifts of a shar
 machine cancel in the ratio; one baseline run serves every arm of its round, the
 finalists and minimization's smaller configs alike (``stages.evidence`` plans the arms).
 After each round, ``infrarsi.stages.run.sequential`` looks at every open arm: a finalist or smaller
-config whose lower bound clears 1 + the noise floor (doctor's, raised to the per-run
-noise its own pairs show where that is larger) is decided and stops running, as is one
-that can no longer clear; a leave-one-out arm is decided when its contribution (its
-objective over its parent's in the same rounds) clearly pays, or clearly does not and
-its own test against the baseline has decided too (it may be promoted in its parent's
-place), and its parent runs as long as it does. A run that fails ends its arm: a config
+config whose lower bound clears 1 + the practical margin (``budget.practical_margin``) is
+decided and stops running, as is one that can no longer clear; the noise is in the
+bound's width, so a noisy machine runs more rounds rather than facing a higher bar. A
+leave-one-out arm is decided when its contribution (its objective over its parent's in
+the same rounds) clearly pays, or clearly does not and its own test against the baseline
+has decided too (it may be promoted in its parent's place), and its parent runs as long
+as it does. A run that fails ends its arm: a config
 with a failed run is never promoted. With a declared job length the ratios are of
 whole-job times (start-up plus steps x step time), and the per-step speedup is reported
 beside them.
@@ -36,7 +37,7 @@ of running them again.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from infrarsi.contract.checks import enforce
@@ -77,19 +78,19 @@ class Verdict:
     step_ci_low: float | None = None
     step_ci_high: float | None = None
     job_steps: float | None = None
-    noise_floor: float | None = None  # the floor this verdict was held to
-    pair_noise_cv: float | None = None  # per-run noise its own pairs show (sequential.pair_noise)
+    margin: float | None = None  # the practical margin this verdict was held to
+    pair_noise_cv: float | None = None  # per-run noise its own pairs show (sequential.pair_noise): a diagnostic
     arm: str = ""  # the plan's arm (stages.evidence): "finalist 1", "leader less compile", ...
     kind: str = FINALIST
-    clears: bool = False  # its lower bound cleared 1 + the floor with no failed run
+    clears: bool = False  # its lower bound cleared 1 + the margin with no failed run
     level: float | None = None  # the one-sided level of each bound at the deciding look
 
 
 @dataclass(frozen=True, kw_only=True)
 class VerificationReport:
     verdicts: tuple[Verdict, ...]
-    noise_floor: float  # doctor's estimate, raised to the largest per-run noise the pairs showed
-    doctor_noise_cv: float | None = None
+    margin: float  # budget.practical_margin: what a speedup must clear
+    doctor_noise_cv: float | None = None  # doctor's estimate of one run's noise (a diagnostic)
     observed_noise_cv: float | None = None  # the largest of the verdicts' pair_noise_cv
     canary_effective: bool | None = None  # None: no baseline run to tell
     canary_note: str = ""
@@ -110,12 +111,19 @@ class VerificationReport:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "VerificationReport":
+        d = _known(cls, {"margin": d.get("noise_floor"), **d})  # a folder written before the margin
         return cls(**{**d, "verdicts": tuple(verdict_from_json(v) for v in d["verdicts"]),
                       "rounds": tuple(d.get("rounds", ()))})
 
 
+def _known(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
+    """``d`` without the keys ``cls`` does not have (fields an older campaign folder wrote)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
 def verdict_from_json(d: Mapping[str, Any]) -> Verdict:
-    v = dict(d)
+    v = _known(Verdict, {"margin": d.get("noise_floor"), **d})
     v["pairs"] = tuple(tuple(p) for p in v["pairs"])
     for k in ("baseline_times_s", "candidate_times_s", "canary_seeds", "baseline_startups_s", "candidate_startups_s"):
         v[k] = tuple(v.get(k, ()))
@@ -127,10 +135,10 @@ def canary_seed(contract_seed: int, round_index: int) -> int:
 
 
 def objective_look(rule: SequentialRule, slower: Sequence[TrialResult], faster: Sequence[TrialResult],
-                   noise_floor: float, steps: float | None) -> Look:
+                   margin: float, steps: float | None) -> Look:
     """The sequential look at ``slower`` over ``faster`` run by run, on the objective."""
     return look(rule, log_ratios([run_time_s(a, steps) for a in slower], [run_time_s(b, steps) for b in faster]),
-                noise_floor)
+                margin)
 
 
 class Replay:
@@ -174,7 +182,7 @@ class _Arm:
         return not self.decided
 
 
-def _decide(state: _Arm, states: Mapping[str, _Arm], floor: float, steps: float | None) -> None:
+def _decide(state: _Arm, states: Mapping[str, _Arm], margin: float, steps: float | None) -> None:
     """After a round: whether ``state``'s arm is decided, and why."""
     a, b = state.pairs[-1]
     if a.outcome is not Outcome.OK or b.outcome is not Outcome.OK:
@@ -187,10 +195,10 @@ def _decide(state: _Arm, states: Mapping[str, _Arm], floor: float, steps: float 
         both = _shared(states[state.arm.parent], state)
         if not both:
             return
-        lk = objective_look(state.rule, [x for _, x in both], [p for p, _ in both], floor, steps)
+        lk = objective_look(state.rule, [x for _, x in both], [p for p, _ in both], margin, steps)
         last = lk.num_pairs >= state.rule.max_pairs
         if lk.decision is Decision.CANNOT_CLEAR and not last \
-                and _own_look(state, floor, steps).decision is Decision.CONTINUE:
+                and _own_look(state, margin, steps).decision is Decision.CONTINUE:
             # Its change does not pay, so it may be promoted in its parent's place, which needs
             # it to clear the baseline on its own pairs: it runs on until that test decides (two
             # pairs whose baselines' start-ups differed once left it short).
@@ -199,14 +207,14 @@ def _decide(state: _Arm, states: Mapping[str, _Arm], floor: float, steps: float 
                if last else "its change does not pay"}.get(lk.decision)
     else:
         why = {Decision.CLEARS: "it clears", Decision.CANNOT_CLEAR: "it cannot clear"}.get(
-            _own_look(state, floor, steps).decision)
+            _own_look(state, margin, steps).decision)
     if why:
         state.decided, state.num_decided = why, len(state.pairs)
 
 
-def _own_look(state: _Arm, floor: float, steps: float | None) -> Look:
+def _own_look(state: _Arm, margin: float, steps: float | None) -> Look:
     """The arm against the baseline, on its pairs so far."""
-    return objective_look(state.rule, [x for x, _ in state.pairs], [y for _, y in state.pairs], floor, steps)
+    return objective_look(state.rule, [x for x, _ in state.pairs], [y for _, y in state.pairs], margin, steps)
 
 
 def _shared(parent: _Arm, child: _Arm) -> list[tuple[TrialResult, TrialResult]]:
@@ -255,7 +263,7 @@ def _canary_check(rt: CampaignRuntime, doctor: DoctorReport, a: TrialResult, see
     return lambda r: enforce(r, contract, reference if a.outcome is Outcome.OK else None)
 
 
-def _run_rounds(rt: CampaignRuntime, doctor: DoctorReport, plan: VerificationPlan, floor: float,
+def _run_rounds(rt: CampaignRuntime, doctor: DoctorReport, plan: VerificationPlan, margin: float,
                 steps: float | None) -> tuple[list[_Arm], list[dict[str, Any]]]:
     contract, replay = rt.spec.contract, Replay(rt)
     states = [_Arm(arm=a, rule=SequentialRule(max_pairs=a.max_pairs)) for a in plan.arms]
@@ -285,11 +293,11 @@ def _run_rounds(rt: CampaignRuntime, doctor: DoctorReport, plan: VerificationPla
                 rounds.append({"seed": seed, "baseline": a.trial_id, "runs": runs})
         for s in needed:
             if s.open:
-                _decide(s, by_key, floor, steps)
+                _decide(s, by_key, margin, steps)
     return states, rounds
 
 
-def _verdict(state: _Arm, floor: float, steps: float | None) -> Verdict:
+def _verdict(state: _Arm, margin: float, steps: float | None) -> Verdict:
     """The verdict on an arm against the baseline, from the pairs its decision used. A run
     that failed after the decision (one the arm ran as another arm's parent) still fails it:
     a config with a failed run, a loss off its reference at a canary seed above all, is
@@ -312,14 +320,14 @@ def _verdict(state: _Arm, floor: float, steps: float | None) -> Verdict:
         why = ("a verification run failed: " + "; ".join(problems) if problems
                else f"only {len(good)} ok pair(s): too few to decide ({state.decided or 'not run'})")
         return Verdict(**common, speedup=None, ci_low=None, ci_high=None, promoted=False, reason=why,
-                       noise_floor=floor)
-    lk = objective_look(state.rule, [a for a, _ in good], [b for _, b in good], floor, steps)
-    step = look(state.rule, log_ratios(common["baseline_times_s"], common["candidate_times_s"]), floor)
+                       margin=margin)
+    lk = objective_look(state.rule, [a for a, _ in good], [b for _, b in good], margin, steps)
+    step = look(state.rule, log_ratios(common["baseline_times_s"], common["candidate_times_s"]), margin)
     clears = lk.decision is Decision.CLEARS
     what = "per step" if steps is None else f"end to end over {steps:,.0f} steps"
     level = state.rule.level(len(good))
     reason = (f"lower bound {math.exp(lk.low):.3f} ({what}; {len(good)} pairs, each bound at {level:.2%}) "
-              f"{'clears' if clears else 'does not clear'} 1 + noise floor {lk.floor:.3f}")
+              f"{'clears' if clears else 'does not clear'} 1 + the practical margin {lk.margin:.3f}")
     if steps is not None and step.low > step.threshold and not clears:
         reason += f"; faster per step ({math.exp(step.mean):.3f}x) but its start-up is not repaid within the job"
     if arm.kind != FINALIST:
@@ -327,7 +335,7 @@ def _verdict(state: _Arm, floor: float, steps: float | None) -> Verdict:
     return Verdict(**common, speedup=math.exp(lk.mean), ci_low=math.exp(lk.low), ci_high=math.exp(lk.high),
                    promoted=clears and arm.kind == FINALIST, clears=clears, reason=reason,
                    step_speedup=math.exp(step.mean), step_ci_low=math.exp(step.low), step_ci_high=math.exp(step.high),
-                   noise_floor=lk.floor, pair_noise_cv=lk.pair_noise_cv, level=level)
+                   margin=lk.margin, pair_noise_cv=lk.pair_noise_cv, level=level)
 
 
 def canary_check(doctor: DoctorReport, baseline_runs: list[TrialResult]) -> tuple[bool | None, str]:
@@ -353,13 +361,14 @@ def run_verification(rt: CampaignRuntime, doctor: DoctorReport, plan: Verificati
     if rt.cdir.verification.exists():
         return VerificationReport.from_json(rt.cdir.read_json(rt.cdir.verification))
     steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
-    states, rounds = _run_rounds(rt, doctor, plan, doctor.noise_cv, steps)
+    margin = rt.spec.budget.practical_margin
+    states, rounds = _run_rounds(rt, doctor, plan, margin, steps)
     baselines = list({a.trial_id: a for s in states for a, _ in s.pairs}.values())
     effective, note = canary_check(doctor, baselines)
-    verdicts = tuple(_verdict(s, doctor.noise_cv, steps) for s in states)
+    verdicts = tuple(_verdict(s, margin, steps) for s in states)
     observed = max((v.pair_noise_cv for v in verdicts if v.pair_noise_cv is not None), default=None)
     stopped = [f"{s.arm.key}: {s.decided} after {s.num_decided or len(s.pairs)} round(s)" for s in states]
-    report = VerificationReport(verdicts=verdicts, noise_floor=max(doctor.noise_cv, observed or 0.0),
+    report = VerificationReport(verdicts=verdicts, margin=margin,
                                 doctor_noise_cv=doctor.noise_cv, observed_noise_cv=observed,
                                 canary_effective=effective, canary_note=note, plan=plan.to_json(),
                                 rounds=tuple(rounds), note="; ".join(stopped))
