@@ -47,6 +47,7 @@ import numpy as np
 from scipy import stats
 
 from infrarsi.contract.loss_contract import LossContract
+from infrarsi.contract.numerics import changing_knobs
 from infrarsi.core.knobs import PATCH_KNOB_PREFIX, Config, Value
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.proposers.engine_proposer import CRASH_BAR, FIT_BAR
@@ -176,13 +177,11 @@ def tainted_patches(trials: Sequence[TrialResult]) -> set[str]:
             for k, v in t.config.items() if k.startswith(PATCH_KNOB_PREFIX) and v is True}
 
 
-def must_pay(rt: CampaignRuntime, doctor: DoctorReport) -> set[str]:
-    """Knobs whose change the user carries at a cost besides time: those doctor's loss
-    contract counts as changing the numerics (the job computes other numbers) and code
-    patches (code to keep). Each is promoted only where shown to pay at least the margin."""
-    losses = doctor.loss_reference
-    changing = losses.changing_knobs if isinstance(losses, LossContract) else ()
-    return {*changing, *(n for n in rt.space.names if n.startswith(PATCH_KNOB_PREFIX))}
+def must_pay(rt: CampaignRuntime) -> set[str]:
+    """Knobs whose change the user carries at a cost besides time: those that change the
+    numerics (``infrarsi.contract.numerics``: the job computes other numbers) and code patches
+    (code to keep). Each is promoted only where shown to pay at least the margin."""
+    return {*changing_knobs(rt.spec.knobs), *(n for n in rt.space.names if n.startswith(PATCH_KNOB_PREFIX))}
 
 
 def _finalists(rt: CampaignRuntime, model: Any, candidates: list[TrialResult], base: Config,
@@ -298,7 +297,7 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
     finals = _finalists(rt, model, candidates, base, math.log1p(doctor.noise_cv))
     arms = [Arm(key=f"finalist {i + 1}", kind=FINALIST, config={**base, **r.config}, source_trial_id=r.trial_id,
                 max_pairs=budget.verify_pairs) for i, r in enumerate(finals)]
-    paid, inert = must_pay(rt, doctor), inert_knobs(doctor, rt.ledger.trials(), margin)
+    paid, inert = must_pay(rt), inert_knobs(doctor, rt.ledger.trials(), margin)
     per_step = rt.spec.objective.job_steps is None and rt.spec.objective.job_hours is None
     calls = {a.key: [_call(rt, model, dict(a.config), k, base, history, margin=margin, per_step=per_step,
                            inert=inert, paid=k in paid)

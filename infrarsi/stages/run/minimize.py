@@ -286,7 +286,7 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
         arms=(), changes={}, margin=margin)
     steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
     base, runs, trials = full_baseline(rt, doctor), _Runs(rt, verification), rt.ledger.trials()
-    paid, inert = must_pay(rt, doctor), inert_knobs(doctor, trials, margin)
+    paid, inert = must_pay(rt), inert_knobs(doctor, trials, margin)
     leader = plan.leader.key if plan.arms else None
     changes = plan.changes.get(leader, ()) if leader else ()
     measure = rt.spec.budget.minimize_pairs > 0
