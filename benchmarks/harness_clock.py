@@ -36,7 +36,7 @@ TOKENS_LOG = r"tokens per iteration will be: (?P<tokens>[\d,]+)"
 def run_once(launcher, step_ms: float, steps: int, via: str, tmp: Path) -> dict:
     kwargs = {}
     if via == "log":
-        from infrarsi.core.spec import MetricsSpec
+        from infrarsi.core.spec_metrics import MetricsSpec
 
         kwargs["metrics"] = MetricsSpec(source="log", step_pattern=STEP_LOG, tokens_pattern=TOKENS_LOG)
     r = launcher.run_process_trial(launcher.TrialRequest(

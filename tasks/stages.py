@@ -7,6 +7,8 @@ or contract error is the user's to fix and is not retried either.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from prefect import task
@@ -40,12 +42,18 @@ def retry_on_infrastructure_fault(task: Any, task_run: Any, state: Any) -> bool:
 
 
 def _doctor_cache_key(context: Any, inputs: dict[str, Any]) -> str:
-    """Doctor measures the workload on the machine: same locked workload, same machine,
-    same source, same doctor budget (repeats, timeout) and trial seeds -> same baseline.
-    Where the campaign runs does not enter the key."""
+    """Doctor measures the workload on the machine, so its result is reused (from
+    ``$PREFECT_HOME/storage``; ``--fresh-doctor`` measures again) only where all of these
+    are the same: the contract (the spec's workload and every locked file's hash: what
+    ``infrarsi init`` saw the job read), the machine, the source, the Python, torch and GPU
+    driver versions, doctor's budget (repeats, timeout) and the trial seeds. Where the
+    campaign runs does not enter the key."""
+    from infrarsi.harness.machine import software
+
     c: Contract = inputs["rt"].contract
     b, seed = c.spec.budget, c.spec.search.seed
-    return (f"infrarsi-doctor-{c.contract_hash}-{c.hardware_hash}-{c.source_hash}"
+    versions = hashlib.sha256(json.dumps(software(), sort_keys=True).encode()).hexdigest()[:12]
+    return (f"infrarsi-doctor-{c.contract_hash}-{c.hardware_hash}-{c.source_hash}-{versions}"
             f"-r{b.doctor_repeats}-m{b.doctor_max_repeats}-t{b.trial_timeout_s:g}-s{seed}")
 
 

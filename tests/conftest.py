@@ -1,6 +1,7 @@
 """Shared fixtures. Tests in subfolders import helpers next to this file (synthetic_problem)."""
 
 import os
+import sys
 import tempfile
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -12,6 +13,9 @@ os.environ.setdefault("INFRARSI_DATA_DIR", tempfile.mkdtemp(prefix="infrarsi-tes
 os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", tempfile.mkdtemp(prefix="infrarsi-test-prefect-results-"))
 # Campaigns in tests neither read nor write an experience bank; bank tests pass a path.
 os.environ["INFRARSI_BANK"] = "off"
+# As in an activated environment: a command typed `python train.py` or `torchrun ...` (the
+# job as a user launches it) finds this interpreter and its console scripts.
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 import pytest  # noqa: E402
 from prefect_server import prefect_server  # noqa: E402,F401  (a session fixture: a real server on loopback)

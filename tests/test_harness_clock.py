@@ -18,7 +18,7 @@ import psutil
 import pytest
 from tiny_gpt import run_tiny
 
-from infrarsi.core.spec import MetricsSpec
+from infrarsi.core.spec_metrics import MetricsSpec
 from infrarsi.core.trial import Outcome, Role
 from infrarsi.harness.launcher import TrialRequest, run_process_trial
 

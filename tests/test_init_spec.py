@@ -1,5 +1,6 @@
 """``infrarsi init``: a starting spec from a launch command, close to a hand-written one."""
 
+import os
 import re
 import shlex
 import shutil
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.cli.init_draft import Observed
 from infrarsi.cli.launch_command import help_flags, parse_command
 from infrarsi.cli.log_patterns import guess_patterns
 from infrarsi.cli.main import main
@@ -22,25 +24,36 @@ HF = ROOT / "examples" / "hf_trainer"
 def test_init_writes_a_spec_close_to_the_hand_written_one(tmp_path, monkeypatch):
     folder = shutil.copytree(NANOGPT, tmp_path / "job")
     monkeypatch.chdir(folder)
-    assert main(["init", "-o", "init.toml", "--", "python", "train.py", "--batch_size=2",
-                 "--gradient_accumulation_steps=8", "--dtype=float32", "--threads=1",
-                 "--max_iters=8", "--seed=1234"]) == 0
+    typed = ["python", "train.py", "--batch_size=2", "--gradient_accumulation_steps=8", "--dtype=float32",
+             "--threads=1", "--max_iters=8", "--seed=1234"]
+    assert main(["init", "-o", "init.toml", "--", *typed]) == 0
     text = (folder / "init.toml").read_text()
-    assert "# CONFIRM" in text and "contract.seq_len" not in text
+    assert "# CONFIRM" in text
     made, hand = tomllib.loads(text), tomllib.loads((folder / "campaign.toml").read_text())
-    assert made["command"] == hand["command"] and made["flag_style"] == hand["flag_style"] == "equals"
+    # the command is the one typed, each knob's and contract value in place
+    assert made["command"] == ["python", "train.py", "--batch_size={batch_size}",
+                               "--gradient_accumulation_steps={gradient_accumulation_steps}", "--dtype={dtype}",
+                               "--threads={threads}", "--max_iters={num_steps}", "--seed={seed}"]
     assert set(made["knobs"]) == set(hand["knobs"])
     assert made["fixed_products"] == hand["fixed_products"] and made["baseline"] == hand["baseline"]
     for name, knob in hand["knobs"].items():
         got = made["knobs"][name]
-        assert (sorted(map(str, got["values"])), got["flag"], got["kind"], got.get("levels")) == \
-            (sorted(map(str, knob["values"])), knob["flag"], knob["kind"], knob.get("levels")), name
-    for key in ("seq_len", "global_batch_tokens", "num_steps", "warmup_steps"):
+        assert (sorted(map(str, got["values"])), got["kind"], got.get("levels"), got["placeholder"]) == \
+            (sorted(map(str, knob["values"])), knob["kind"], knob.get("levels"), True), name
+    for key in ("seq_len", "global_batch_tokens", "num_steps", "warmup_steps", "loss_signal"):
         assert made["contract"][key] == hand["contract"][key], key
     assert made["contract"]["seed"] == 1234 == load_spec(folder / "campaign.toml").contract.seed
-    # the guessed log patterns are the hand-written ones
+    # the guessed log patterns are the hand-written ones; the tokens line checks out: 2 x 8 x 64
     for key in ("step_pattern", "eval_pattern", "tokens_pattern"):
         assert made["metrics"][key] == hand["metrics"][key], key
+    # the honest split's dry run moved the printed loss (it is the last micro-batch's): window;
+    # calibration: the extreme splits and the other precision, as the hand-written spec has them
+    assert "honest split" in text and made["contract"]["loss_signal"] == "window"
+    assert sorted(map(str, made["calibration"])) == sorted(map(str, hand["calibration"]))
+    # what the dry run read is locked; nothing is editable without a patch source
+    assert made["contract"]["locked"] == ["train.py"] and "editable" not in made["contract"]
+    assert made["reproduce"]["command"] == typed and made["reproduce"]["tokens_per_step"] == 1024
+    assert made["reproduce"]["lines"] == ["number of parameters: 0.11M"] and made["reproduce"]["first_loss"] > 3
     spec = load_spec(folder / "init.toml")  # a valid spec as written
     assert len(spec.space.feasible) == len(load_spec(folder / "campaign.toml").space.feasible)
     with pytest.raises(InfrarsiError, match="exists; pass --force"):
@@ -61,7 +74,10 @@ def test_init_on_a_hugging_face_script_takes_what_its_help_knows(tmp_path, monke
         assert made["contract"][key] == hand["contract"][key], key
     assert made["metrics"]["tokens_per_step"] == hand["metrics"]["tokens_per_step"] == 1024
     assert made["contract"]["seed"] == 42  # --help's default
-    assert made["command"][-6:] == ["--seq_len", "{seq_len}", "--max_steps", "{num_steps}", "--seed", "{seed}"]
+    # the step flag (a trial sets its length) and the seed (canary seeds) are added; the
+    # sequence length is not: the job runs its default, which the contract states
+    assert made["command"][-4:] == ["--max_steps", "{num_steps}", "--seed", "{seed}"]
+    assert "--seq_len" not in made["command"] and "--help's default" in text
     # only implementations of the baseline's algorithm, never another optimizer (sgd, lion, 8-bit states, ...)
     assert sorted(made["knobs"]["optim"]["values"]) == ["adamw_torch", "adamw_torch_fused"]
     assert made["fixed_products"] == hand["fixed_products"]
@@ -102,7 +118,7 @@ def test_a_precision_switch_the_command_turns_on_is_the_one_kept():
 
     command = ["python", "train.py", "--fp16", "True"]
     known = [Flag("bf16", "--bf16", False, "separate"), Flag("fp16", "--fp16", False, "separate")]
-    draft = build_spec(parse_command(command), known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    draft = build_spec(parse_command(command), known, Observed(), name="job", cpus=2)
     knobs = draft.data["knobs"]
     assert "bf16" not in knobs and knobs["fp16"]["values"] == [True, False]
     assert knobs["fp16"]["levels"] == {"false": "fp32", "true": "fp16"} and draft.data["baseline"]["fp16"] is True
@@ -120,24 +136,24 @@ def test_help_defaults_of_none_are_no_default(tmp_path):
         "p.add_argument('--report_to', default='none', help='where')\n"
         "p.parse_args()\n")
     cmd = parse_command(["python", "train.py", "--steps", "5"])
-    known = help_flags(cmd, tmp_path)
+    known = help_flags(cmd, tmp_path, dict(os.environ))
     assert {f.name: f.value for f in known} == {"gradient_checkpointing": None, "bf16": False, "seq_len": None,
                                                 "steps": 20, "report_to": "none"}
     from infrarsi.cli.init_command import build_spec
 
-    draft = build_spec(cmd, known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    draft = build_spec(cmd, known, Observed(), name="job", cpus=2)
     assert draft.data["knobs"]["gradient_checkpointing"]["values"] == [False, True]
     assert draft.data["contract"]["seq_len"] == 1  # no default: a placeholder, not int('None')
     assert "PLACEHOLDER" in draft.confirm["contract.seq_len"] and "--seq_len" not in draft.data["command"]
 
 
 def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
-    from infrarsi.cli.init_command import _short, build_spec, render_toml
+    from infrarsi.cli.init_command import build_spec, render_toml, short_argv
     from infrarsi.cli.launch_command import Flag
 
     command = ["python", "train.py", "--batch_size", "4", "--grad_accum", "2"]
     cmd = parse_command(command)
-    draft = build_spec(cmd, [], guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    draft = build_spec(cmd, [], Observed(), name="job", cpus=2)
     lines = render_toml(draft, command).splitlines()
     for key in ("seq_len", "global_batch_tokens", "seed"):
         line = next(ln for ln in lines if ln.startswith(f"{key} = "))
@@ -145,7 +161,7 @@ def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
     assert draft.data["contract"]["global_batch_tokens"] == draft.data["metrics"]["tokens_per_step"] == 8
     # the dry run is cut short through a step flag only --help knows
     steps = Flag("max_steps", "--max_steps", -1, "separate")
-    assert _short(command, cmd, [steps])[1:] == [*command[1:], "--max_steps", "3"]
+    assert short_argv(cmd, [steps], 3)[1:] == [*command[1:], "--max_steps", "3"]
 
 
 def main_raises(argv):
@@ -156,20 +172,23 @@ def main_raises(argv):
 
 
 def test_a_torchrun_line_and_argparse_help(tmp_path):
-    cmd = parse_command(["torchrun", "--standalone", "--nproc_per_node=2", "train.py", "--flavour", "tiny",
-                         "--micro-batch", "4", "--steps", "7", "--seq-len", "128"])
-    assert cmd.launcher == ["{python}", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "{nproc}"]
-    assert cmd.nproc == 2 and [f.style for f in cmd.flags] == ["separate"] * 4
-    flags = {f.name: f for f in help_flags(cmd, ROOT / "workloads" / "gpt")}
+    typed = ["torchrun", "--standalone", "--nproc_per_node=2", "train.py", "--flavour", "tiny", "--micro-batch", "4",
+             "--steps", "7", "--seq-len", "128"]
+    cmd = parse_command(typed)
+    assert cmd.launcher == "torchrun" and cmd.script == "train.py" and cmd.entry == ["python", "train.py"]
+    assert cmd.nproc == 2 and cmd.nproc_index == 2 and [f.style for f in cmd.flags] == ["separate"] * 4
+    flags = {f.name: f for f in help_flags(cmd, ROOT / "workloads" / "gpt", dict(os.environ))}
     assert flags["precision"].choices == ["fp32", "bf16"] and flags["checkpointing"].choices[-1] == "full"
     from infrarsi.cli.init_command import build_spec
 
-    draft = build_spec(cmd, list(flags.values()), guess_patterns(""), name="gpt", spec_name="c.toml", cpus=2)
+    draft = build_spec(cmd, list(flags.values()), Observed(), name="gpt", cpus=2)
     knobs = draft.data["knobs"]
     assert knobs["nproc"]["placeholder"] and knobs["nproc"]["kind"] == "processes"
     assert knobs["precision"]["values"] == ["fp32", "bf16"] and knobs["precision"]["kind"] == "precision"
-    assert draft.data["command"][-8:] == ["--flavour", "tiny", "--micro-batch", "4", "--steps", "{num_steps}",
-                                          "--seq-len", "{seq_len}"]
+    assert knobs["precision"]["flag"] == "--precision" and not knobs["precision"].get("placeholder")  # from --help
+    # the launcher stays as typed; values in place
+    assert draft.data["command"] == ["torchrun", "--standalone", "--nproc_per_node={nproc}", "train.py", "--flavour",
+                                     "tiny", "--micro-batch", "4", "--steps", "{num_steps}", "--seq-len", "{seq_len}"]
     assert "micro_batch" not in knobs  # no accumulation flag: it would change the global batch
     assert draft.data["metrics"]["tokens_per_step"] == draft.data["contract"]["global_batch_tokens"]
 
@@ -182,7 +201,7 @@ def test_log_patterns_are_guessed_from_trainer_lines():
     g = guess_patterns(hf)
     assert [m["loss"] for m in re.finditer(g.step_pattern, hf)] == ["4.8", "4.786"]
     assert [m["eval_loss"] for m in re.finditer(g.eval_pattern, hf)] == ["4.7"]
-    assert g.tokens_pattern is None
+    assert g.tokens_lines == ()
     lightning = "Epoch 0:  50%| 1/2 [00:01<00:01, 1.00it/s, v_num=0, train_loss=3.250]\n" * 2
     assert re.search(guess_patterns(lightning).step_pattern, lightning)["loss"] == "3.250"
 
@@ -190,10 +209,12 @@ def test_log_patterns_are_guessed_from_trainer_lines():
 def test_a_command_init_cannot_read_says_what_to_do(tmp_path):
     with pytest.raises(InfrarsiError, match="needs the launch command after '--'"):
         parse_command([])
-    with pytest.raises(InfrarsiError, match="not 'bash'"):
-        parse_command(["bash", "run.sh"])
-    with pytest.raises(InfrarsiError, match="no .py script"):
+    with pytest.raises(InfrarsiError, match="'-c' after the launcher is not a .py script"):
         parse_command(["python", "-c", "print(1)"])
+    with pytest.raises(InfrarsiError, match="'no-such-trainer' is not on PATH; activate the environment"):
+        from infrarsi.cli.init_command import init_spec
+
+        init_spec(["no-such-trainer", "fit"], cwd=tmp_path, out_path=tmp_path / "c.toml", run_job=False)
 
 
 def test_the_written_spec_reads_back_as_the_draft_with_confirm_on_its_keys():
@@ -203,7 +224,7 @@ def test_the_written_spec_reads_back_as_the_draft_with_confirm_on_its_keys():
     command = ["python", "train.py", "--batch_size", "4", "--grad_accum", "2",
                "--note", 'say "hi" \\ # not a comment']
     known = [Flag("bf16", "--bf16", False, "separate")]  # from --help: its baseline is marked CONFIRM
-    draft = build_spec(parse_command(command), known, guess_patterns(""), name="job", spec_name="c.toml", cpus=2)
+    draft = build_spec(parse_command(command), known, Observed(), name="job", cpus=2)
     text = render_toml(draft, command)
     assert tomllib.loads(text) == draft.data
     assert text.startswith(f"# Written by `infrarsi init -- {shlex.join(command)}`.\n"

@@ -32,7 +32,7 @@ def _spec(tmp_path: Path, **changes) -> dict:
             "fast": {"values": [False, True], "flag": "--fast", "flag_style": "switch"},
         },
         "contract": {"seq_len": 64, "global_batch_tokens": 1024, "num_steps": 4, "warmup_steps": 1,
-                     "editable": ["train.py"], "locked": ["train.py"]},
+                     "locked": ["train.py"]},
         "device": {"memory_capacity": "1GiB"},
     }
     for dotted, value in changes.items():
@@ -52,13 +52,40 @@ def _load(tmp_path: Path, **changes):
 
 def test_each_flag_style_renders_as_the_script_expects(tmp_path):
     spec = _load(tmp_path)
-    config = {**spec.baseline, "dtype": "bfloat16", "compile": True, "threads": 2, "fast": True}
+    config = {**spec.baseline, "batch_size": 2, "gradient_accumulation_steps": 8, "dtype": "bfloat16",
+              "compile": True, "threads": 2, "fast": True}
     argv, env = render_command(spec, spec.space, config)
-    assert argv[1:] == ("train.py", "--max_iters=4", "--seed=1234", "--batch_size=4", "--gradient_accumulation_steps=4",
+    assert argv[1:] == ("train.py", "--max_iters=4", "--seed=1234", "--batch_size=2", "--gradient_accumulation_steps=8",
                         "dtype=bfloat16", "--compile", "True", "--fast")
     assert env == {"OMP_NUM_THREADS": "2"}
-    argv, _ = render_command(spec, spec.space, spec.baseline)
-    assert "--fast" not in argv and argv[-2:] == ("--compile", "False")
+
+
+def test_the_baseline_is_the_command_and_a_trial_adds_only_what_it_changes(tmp_path):
+    spec = _load(tmp_path)
+    argv, env = render_command(spec, spec.space, spec.baseline)
+    assert argv[1:] == ("train.py", "--max_iters=4", "--seed=1234") and env == {}
+    argv, env = render_command(spec, spec.space, {**spec.baseline, "compile": True})
+    assert argv[1:] == ("train.py", "--max_iters=4", "--seed=1234", "--compile", "True") and env == {}
+
+
+def test_knobs_in_the_command_render_where_they_stand(tmp_path):
+    command = ["{python}", "train.py", "config/x.py", "--batch_size={batch_size}", "{fast}", "--max_iters={last_step}",
+               "--gradient_accumulation_steps={gradient_accumulation_steps}"]
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "x.py").write_text("batch_size = 12\n")
+    spec = _load(tmp_path, command=command, env={"OMP_NUM_THREADS": "1"}, **{
+        "knobs.batch_size": {"values": [2, 4, 8], "placeholder": True, "kind": "micro_batch"},
+        "knobs.gradient_accumulation_steps": {"values": [2, 4, 8], "placeholder": True, "kind": "grad_accum"},
+        "knobs.fast": {"values": [False, True], "placeholder": True, "flag": "--fast", "flag_style": "switch"}})
+    argv, env = render_command(spec, spec.space, spec.baseline)
+    assert argv[1:] == ("train.py", "config/x.py", "--batch_size=4", "--max_iters=3",
+                        "--gradient_accumulation_steps=4") and env == {"OMP_NUM_THREADS": "1"}
+    argv, env = render_command(spec, spec.space, {**spec.baseline, "batch_size": 8, "gradient_accumulation_steps": 2,
+                                                  "fast": True, "threads": 2})
+    assert argv[1:] == ("train.py", "config/x.py", "--batch_size=8", "--fast", "--max_iters=3",
+                        "--gradient_accumulation_steps=2") and env == {"OMP_NUM_THREADS": "2"}
+    with pytest.raises(SpecError, match=r"knobs\.batch_size is a placeholder, but the command has no \{batch_size\}"):
+        _load(tmp_path, **{"knobs.batch_size": {"values": [2, 4, 8], "placeholder": True}})
 
 
 def test_only_splits_that_keep_the_product_are_feasible(tmp_path):
@@ -127,9 +154,18 @@ def test_builtin_priors_apply_by_kind_and_level_whatever_the_knob_is_called(tmp_
 
 
 def test_the_builtin_spec_renders_as_before():
+    """The baseline command runs the same training config as when every knob's flag was
+    appended: train.py's defaults are the baseline's values, and threads is in place."""
+    import dataclasses
+
     from infrarsi.stages.init import builtin_spec_path
+    from workloads.gpt.train import parse_args
 
     spec = load_spec(builtin_spec_path())
     argv, env = render_command(spec, spec.space, spec.baseline)
-    assert argv[argv.index("--micro-batch") + 1] == "2" and argv[argv.index("--nproc-per-node") + 1] == "1"
+    assert argv[argv.index("--nproc-per-node") + 1] == "1" and "--micro-batch" not in argv
+    script = list(argv[argv.index("train.py") + 1:])
+    flags = [t for k in spec.space.knobs if k.flag for t in (k.flag, str(spec.baseline[k.name]))]
+    assert dataclasses.asdict(parse_args(script)) == dataclasses.asdict(parse_args(script + flags))
+    assert parse_args(script).threads == 2 and parse_args(script).micro_batch == 2
     assert tomllib.loads(builtin_spec_path().read_text()).get("flag_style") is None

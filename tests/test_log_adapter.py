@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.core.spec import MetricsSpec
+from infrarsi.core.spec_metrics import MetricsSpec
 from infrarsi.core.trial import Outcome, Role
 from infrarsi.harness.launcher import TrialRequest, run_process_trial
 from infrarsi.harness.log_adapter import LogAdapter, MetricsLineError

@@ -49,7 +49,7 @@ def powers_of_two(limit: int) -> list[int]:
 
 def _precision_values(flag: Flag) -> tuple[list, dict]:
     if isinstance(flag.value, bool):  # --bf16 / --fp16 switches
-        level = "fp16" if flag.name == "fp16" else "bf16"
+        level = "fp16" if flag.key == "fp16" else "bf16"
         return [flag.value, not flag.value], {"false": "fp32", "true": level}
     value = str(flag.value)
     families = (["float32", "bfloat16"], ["fp32", "bf16"], ["32", "bf16-mixed"], ["no", "bf16"])
@@ -97,12 +97,12 @@ def one_knob_per_kind(flags: list[Flag], given: set[str], product: int | None, s
     with fp16 last: CPUs run it poorly if at all, and bf16 covers the same question."""
     groups: dict[str, list[Flag]] = {}
     for flag in flags:
-        kind = kind_of(flag.name)
+        kind = kind_of(flag.key)
         if kind not in (None, "micro_batch", "grad_accum") and draft_knob(flag, product, style, cpus) is not None:
             groups.setdefault(kind, []).append(flag)
     left_out: dict[str, Flag] = {}
     for group in groups.values():
-        keep = min(group, key=lambda f: (not (f.name in given and f.value is True), f.name == "fp16"))
+        keep = min(group, key=lambda f: (not (f.name in given and f.value is True), f.key == "fp16"))
         left_out.update({f.name: keep for f in group if f is not keep})
     return left_out
 
@@ -110,7 +110,7 @@ def one_knob_per_kind(flags: list[Flag], given: set[str], product: int | None, s
 def draft_knob(flag: Flag, product: int | None, style: str, cpus: int) -> dict[str, Any] | None:
     """The knob table for ``flag`` (its ``baseline`` included), or None when it is no knob:
     no known kind, fewer than two candidates, or a micro-batch without an accumulation flag."""
-    kind = kind_of(flag.name)
+    kind = kind_of(flag.key)
     if kind in ("micro_batch", "grad_accum"):
         if product is None:
             return None

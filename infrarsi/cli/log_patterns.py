@@ -3,9 +3,11 @@
 ``infrarsi init`` runs the command once and hands its output here. Lines are grouped by
 their shape (the text with every number blanked out); the most frequent shape that
 carries a loss becomes ``step_pattern``, one that carries a validation/eval loss becomes
-``eval_pattern``, and a line stating tokens per step or iteration becomes
-``tokens_pattern``. Each pattern keeps the line's literal text up to the value it
-captures, so it reads like the line it came from.
+``eval_pattern``, and each line stating tokens per step or iteration a candidate
+``tokens_pattern`` (``infrarsi init`` keeps one only where its number checks out). Each
+pattern keeps the line's literal text up to the value it captures, so it reads like the
+line it came from. The first step line's loss and the start-up lines that state a
+parameter count are what a later run of the same command must print again.
 """
 
 from __future__ import annotations
@@ -21,13 +23,23 @@ _STEP_WORDS = ("iter", "step", "it", "global_step", "steps", "iteration")
 
 
 @dataclass(frozen=True, kw_only=True)
+class TokensLine:
+    """A line that states tokens per step or iteration, and the regex that reads it."""
+
+    line: str
+    pattern: str
+    tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class GuessedPatterns:
     step_pattern: str | None = None
     eval_pattern: str | None = None
-    tokens_pattern: str | None = None
-    tokens_per_step: int | None = None  # the tokens line's number, when there is one
+    tokens_lines: tuple[TokensLine, ...] = ()  # every line that states tokens per step
     step_example: str | None = None
     num_step_lines: int = 0
+    first_loss: float | None = None  # the loss the first step line carries
+    fact_lines: tuple[str, ...] = ()  # lines before the first step line that state a parameter count
 
 
 def _shape(line: str) -> str:
@@ -87,10 +99,18 @@ def guess_patterns(output: str) -> GuessedPatterns:
                      num_step_lines=count)
     if evals:
         found["eval_pattern"] = _pattern(evals[0], ("eval_loss",))
-    tokens = next((ln for ln in lines if re.search(r"tokens?\b.*\b(per|/)\s*(iter|step|batch)", ln, re.I)
-                   and _NUM.search(ln)), None)
-    if tokens:
-        found["tokens_pattern"] = _pattern(tokens, ("tokens",))
-        m = re.search(found["tokens_pattern"], tokens) if found["tokens_pattern"] else None
-        found["tokens_per_step"] = int(m["tokens"].replace(",", "")) if m else None
+    for ln in lines:
+        if re.search(r"tokens?\b.*\b(per|/)\s*(iter|step|batch)", ln, re.I) and _NUM.search(ln):
+            pattern = _pattern(ln, ("tokens",))
+            m = re.search(pattern, ln) if pattern else None
+            if m:
+                found.setdefault("tokens_lines", []).append(
+                    TokensLine(line=ln.strip(), pattern=pattern, tokens=int(m["tokens"].replace(",", ""))))
+    found["tokens_lines"] = tuple(found.get("tokens_lines", ()))
+    if found.get("step_pattern"):
+        first = next((i for i, ln in enumerate(lines) if re.search(found["step_pattern"], ln)), None)
+        if first is not None:
+            found["first_loss"] = float(re.search(found["step_pattern"], lines[first])["loss"])
+            found["fact_lines"] = tuple(ln.strip() for ln in lines[:first]
+                                        if re.search(r"param", ln, re.I) and _NUM.search(ln))
     return GuessedPatterns(**found)

@@ -38,7 +38,8 @@ FLAG_STYLES = ("separate", "equals", "switch")
 @dataclass(frozen=True, kw_only=True)
 class Knob:
     """One launch knob. At most one of ``flag`` / ``env`` / ``placeholder`` says how its
-    value reaches the launched job; none means the backend reads it (the simulator)."""
+    value reaches the launched job (a placeholder switch also names its flag); none means
+    the backend reads it (the simulator)."""
 
     name: str
     values: tuple[Value, ...]
@@ -60,8 +61,12 @@ class Knob:
         if len(set(self.values)) != len(self.values):
             raise SpecError(f"knob {self.name!r}: values must be distinct, got {list(self.values)}")
         modes = sum([self.flag is not None, self.env is not None, self.placeholder])
-        if modes > 1:
-            raise SpecError(f"knob {self.name!r}: give at most one of flag, env, placeholder")
+        # A switch the command gives is a placeholder that renders as its flag or as nothing.
+        in_place_switch = self.placeholder and self.flag is not None and self.flag_style == "switch"
+        if modes > 1 and not (in_place_switch and self.env is None):
+            raise SpecError(f"knob {self.name!r}: give at most one of flag, env, placeholder (a placeholder "
+                            "may have a flag only with flag_style = 'switch': the lone token {name} in the "
+                            "command becomes the flag when true and nothing when false)")
         if self.kind is not None and self.kind not in KNOB_KINDS:
             raise SpecError(f"knob {self.name!r}: kind {self.kind!r} is unknown; expected one of {list(KNOB_KINDS)}")
         if self.flag_style not in FLAG_STYLES:

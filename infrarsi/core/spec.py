@@ -13,13 +13,15 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 
 from infrarsi.core.knobs import FLAG_STYLES, KNOB_KINDS, Constraint, Knob, KnobSpace, patch_knob_name
+from infrarsi.core.spec_metrics import MetricsSpec
 
 Scalar = bool | int | float | str
-# Placeholders every command template may use, besides knobs declared `placeholder = true`.
-CONTRACT_PLACEHOLDERS = ("python", "seq_len", "global_batch_tokens", "num_steps", "seed")
+# Placeholders every command template may use, besides knobs declared `placeholder = true`:
+# last_step is num_steps - 1, for a step flag whose loop runs 0..N inclusive.
+CONTRACT_PLACEHOLDERS = ("python", "seq_len", "global_batch_tokens", "num_steps", "last_step", "seed")
 # Environment the harness owns (the metrics file it reads); no knob or spec may set it.
 RESERVED_ENV_PREFIX = "INFRARSI_"
 
@@ -106,8 +108,9 @@ class ContractSpec(_Model):
     loss_window: int = Field(default=4, ge=2, description="steps per moving mean (loss_signal = 'window')")
     timing_tolerance: float = Field(default=0.15, gt=0, description="allowed relative gap between the "
                                     "workload's step times and the harness clock over the measured window")
-    editable: list[str] = Field(min_length=1, description="globs a patch may touch")
-    locked: list[str] = Field(min_length=1, description="globs hashed at init and re-checked around trials")
+    editable: list[str] = Field(default=[], description="globs a code patch may touch; none: no patch is tried")
+    locked: list[str] = Field(min_length=1, description="globs hashed at init and re-checked around trials: what "
+                              "defines what is trained (model code, data, config files)")
 
     @model_validator(mode="after")
     def _window(self) -> "ContractSpec":
@@ -119,6 +122,16 @@ class ContractSpec(_Model):
             raise ValueError(f"global_batch_tokens ({self.global_batch_tokens}) must be a multiple of "
                              f"seq_len ({self.seq_len})")
         return self
+
+
+class ReproduceSpec(_Model):
+    """What ``infrarsi init`` saw the user's own command print. Doctor's first baseline run
+    must print the same before anything is searched: the spec runs the job the user gave."""
+
+    command: list[str] = Field(min_length=1, description="the command as typed (an environment prefix included)")
+    first_loss: float | None = Field(default=None, description="the loss of its first step line")
+    tokens_per_step: int | None = Field(default=None, gt=0, description="what its tokens line stated")
+    lines: list[str] = Field(default=[], description="start-up lines that state the model (parameter counts)")
 
 
 class DeviceSpec(_Model):
@@ -210,87 +223,18 @@ class LLMSpec(_Model):
     max_retries: int = Field(default=2, ge=0)
 
 
-class MetricsSpec(_Model):
-    """How the harness reads the job's progress (the metrics protocol).
-
-    ``jsonl``: the job appends JSON events to the file named by ``$INFRARSI_METRICS_FILE``
-    (``infrarsi.job.reporter``, a framework callback, or its own code). ``log``: the harness reads
-    the job's own output lines (the log adapter); the job needs no change.
-    """
-
-    source: Literal["jsonl", "log"] = "jsonl"
-    stream: Literal["stdout", "stderr", "both"] = Field(default="stdout", description="log only: the stream to read")
-    step_pattern: str | None = Field(
-        default=None, description="log only, required: a regular expression with a named group `loss` (and "
-        "optionally `step`, `tokens`, `step_time_s`) that matches the line the job prints once per optimizer step")
-    eval_pattern: str | None = Field(default=None, description="log only: named groups `eval_loss` and "
-                                     "optionally `step`")
-    tokens_pattern: str | None = Field(default=None, description="log only: a start-up line stating the tokens "
-                                       "per optimizer step, named group `tokens` (commas allowed)")
-    tokens_per_step: int | None = Field(default=None, gt=0, description="log only: tokens per optimizer step, "
-                                        "declared; must equal contract.global_batch_tokens")
-
-    @field_validator("step_pattern")
-    @classmethod
-    def _step_groups(cls, v: str | None) -> str | None:
-        return _pattern(v, required={"loss"}, optional={"step", "tokens", "step_time_s"})
-
-    @field_validator("eval_pattern")
-    @classmethod
-    def _eval_groups(cls, v: str | None) -> str | None:
-        return _pattern(v, required={"eval_loss"}, optional={"step"})
-
-    @field_validator("tokens_pattern")
-    @classmethod
-    def _tokens_groups(cls, v: str | None) -> str | None:
-        return _pattern(v, required={"tokens"}, optional=set())
-
-    @model_validator(mode="after")
-    def _complete(self) -> "MetricsSpec":
-        log_only = [f for f in ("step_pattern", "eval_pattern", "tokens_pattern", "tokens_per_step")
-                    if getattr(self, f) is not None]
-        if self.source == "jsonl":
-            if log_only or self.stream != "stdout":
-                raise ValueError(f"metrics.{(log_only or ['stream'])[0]} applies to source = 'log' only (found "
-                                 "source = 'jsonl'); set metrics.source = 'log' or remove it")
-            return self
-        if self.step_pattern is None:
-            raise ValueError("metrics.step_pattern is required with source = 'log': a regular expression with "
-                             "a named group `loss` that matches the line the job prints once per optimizer step "
-                             "(found none)")
-        if self.tokens_pattern is None and self.tokens_per_step is None:
-            raise ValueError("source = 'log' needs metrics.tokens_pattern (a start-up line stating the tokens "
-                             "per step) or metrics.tokens_per_step (a declared constant), so that tokens per step "
-                             "can be checked against the contract (found neither)")
-        return self
-
-
-def _pattern(value: str | None, *, required: set[str], optional: set[str]) -> str | None:
-    if value is None:
-        return None
-    try:
-        groups = set(re.compile(value).groupindex)
-    except re.error as exc:
-        raise ValueError(f"is not a valid regular expression ({exc})") from None
-    if not required <= groups:
-        raise ValueError(f"needs the named group(s) {sorted(required)}, e.g. (?P<{min(required)}>[-+0-9.eE]+) "
-                         f"(found groups {sorted(groups)})")
-    unknown = groups - required - optional
-    if unknown:
-        raise ValueError(f"has unknown named group(s) {sorted(unknown)}; allowed: {sorted(required | optional)}")
-    return value
-
-
 class CampaignSpec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
     backend: Literal["process", "sim"] = "process"
     sim_workload: str | None = Field(default=None, description="the simulator workload (backend = 'sim')")
     repository: Literal["auto", "copy"] = Field(
-        default="auto", description="auto: branch in the git repository holding workload_dir; "
-        "copy: snapshot workload_dir into the campaign folder as its own repository")
+        default="copy", description="copy: trials run in a snapshot of workload_dir, a git repository of its own "
+        "in the campaign folder, where the branch is staged (your checkout is never touched); auto: trials run "
+        "in workload_dir itself and the branch goes to the git repository holding it (say so only if you mean it)")
     workload_dir: Path = Field(description="the target repository (or folder), relative to the spec file")
-    command: list[str] = Field(min_length=1)
+    command: list[str] = Field(min_length=1, description="the baseline's launch command, token by token: "
+                               "{placeholders} where a contract value or a placeholder knob's value stands")
     env: dict[str, str] = {}
     flag_style: Literal[FLAG_STYLES] = Field(
         default="separate", description="how flag knobs are rendered unless a knob says otherwise: "
@@ -312,6 +256,8 @@ class CampaignSpec(_Model):
     patches: list[str] = Field(default=[], description="code patches, each a boolean knob patch_<name>: "
                                "built-in names (infra_patches/) or folders relative to the spec file")
     metrics: MetricsSpec = Field(default=MetricsSpec(), description="how the harness reads the job's progress")
+    reproduce: ReproduceSpec | None = Field(default=None, description="what the command printed when `infrarsi "
+                                            "init` ran it; doctor's first baseline run must print the same")
 
     @model_validator(mode="after")
     def _declared_tokens(self) -> "CampaignSpec":
@@ -381,6 +327,8 @@ class CampaignSpec(_Model):
 
 def _one_process(spec: CampaignSpec) -> bool:
     """A trial is one process on at most one device: ``{python} script.py`` without a processes knob."""
-    return (spec.command[:1] == ["{python}"] and len(spec.command) > 1 and spec.command[1].endswith(".py")
+    program = spec.command[0]
+    python = program == "{python}" or re.fullmatch(r"python[\d.]*", Path(program).name) is not None
+    return (python and len(spec.command) > 1 and spec.command[1].endswith(".py")
             and spec.resources.gpus_per_trial <= 1 and spec.resources.nodes_per_trial == 1
             and not any(k.kind == "processes" for k in spec.knobs.values()))

@@ -93,6 +93,12 @@ def check_consistency(spec: CampaignSpec, source: str) -> None:
             if not matching_files(spec.workload_dir, [pattern]):
                 raise SpecError(f"{source}: contract.{field} pattern {pattern!r} matches no file under "
                                 f"{spec.workload_dir}; fix the glob (it is relative to workload_dir)")
+    both = sorted(set(matching_files(spec.workload_dir, spec.contract.editable))
+                  & set(matching_files(spec.workload_dir, spec.contract.locked)))
+    if both:
+        raise SpecError(f"{source}: {both[:5]} {'is' if len(both) == 1 else 'are'} both locked and editable "
+                        "(contract.locked, contract.editable): a locked file may not change and an editable one is "
+                        "what a patch changes; keep each file in one of the lists")
 
 
 def _check_fixed_products(spec: CampaignSpec, baseline: dict, source: str) -> None:
@@ -119,17 +125,20 @@ def _products_other_than(spec: CampaignSpec, fp: FixedProduct, baseline: dict):
 
 
 def _check_command(spec: CampaignSpec, source: str) -> None:
-    known = set(CONTRACT_PLACEHOLDERS) | {n for n, k in spec.knobs.items() if k.placeholder}
-    for token in spec.command:
-        for name in _placeholders(token):
-            if name not in known:
-                raise SpecError(f"{source}: command placeholder {{{name}}} is unknown; use one of {sorted(known)}")
+    placeholders = {n for n, k in spec.knobs.items() if k.placeholder}
+    known = set(CONTRACT_PLACEHOLDERS) | placeholders
+    used = {name for token in spec.command for name in _placeholders(token)}
+    for name in sorted(used - known):
+        raise SpecError(f"{source}: command placeholder {{{name}}} is unknown; use one of {sorted(known)}")
     program = spec.command[0]
     if program != "{python}" and shutil.which(program) is None and not (spec.workload_dir / program).exists():
         raise SpecError(f"{source}: command program {program!r} was not found on PATH or in workload_dir")
     for token in spec.command[1:]:
         if token.endswith(".py") and "{" not in token and not (spec.workload_dir / token).is_file():
             raise SpecError(f"{source}: command script {token!r} does not exist under {spec.workload_dir}")
+    for name in sorted(placeholders - used):
+        raise SpecError(f"{source}: knobs.{name} is a placeholder, but the command has no {{{name}}}: put it where "
+                        "the job takes the value, or give the knob a flag or env instead")
 
 
 def _placeholders(token: str) -> list[str]:

@@ -1,9 +1,15 @@
 """How a config reaches the job: the argv and environment of one trial.
 
-The command template's ``{placeholders}`` take the contract's values and placeholder
-knobs; each flag knob is appended in its style (``--k v``, ``--k=v`` / ``k=v``, or a bare
-``--k`` switch); each env knob sets its variable. Values are argv entries or environment
-values, never spliced into a shell string.
+The spec's command is the baseline as the user launches it. Rendering keeps it token for
+token and in order: each ``{placeholder}`` takes a contract value (``{num_steps}``,
+``{last_step}`` for a loop that runs 0..N inclusive, ``{seq_len}``, ``{seed}``, ...) or a
+placeholder knob's value where the typed value stood; a placeholder switch knob written as
+the lone token ``{name}`` is its flag when on and nothing when off. A knob that is not in
+the command reaches the job only where a config sets it to something other than the
+baseline's value: a flag appended in its style (``--k v``, ``--k=v`` / ``k=v``, or a bare
+``--k`` switch) or an environment variable. So the baseline renders exactly the command,
+and a trial differs from it only by the knobs it changes. Values are argv entries or
+environment values, never spliced into a shell string.
 """
 
 from __future__ import annotations
@@ -27,19 +33,32 @@ def flag_args(knob: Knob, value: Value) -> list[str]:
     return [knob.flag, str(value)]
 
 
+def contract_values(spec: "CampaignSpec", *, seed: int | None = None) -> dict[str, object]:
+    """The contract's placeholders and their values (``seed`` replaces the contract's)."""
+    c = spec.contract
+    return {"python": sys.executable, "seq_len": c.seq_len, "global_batch_tokens": c.global_batch_tokens,
+            "num_steps": c.num_steps, "last_step": c.num_steps - 1, "seed": c.seed if seed is None else seed}
+
+
 def render_command(spec: "CampaignSpec", space: KnobSpace, config: Config, *, seed: int | None = None
                    ) -> tuple[tuple[str, ...], dict[str, str]]:
     """argv and extra environment that carry ``config`` to the job. ``seed`` replaces the
     contract's seed (verification's canary runs)."""
-    values = {"python": sys.executable, "seq_len": spec.contract.seq_len,
-              "global_batch_tokens": spec.contract.global_batch_tokens,
-              "num_steps": spec.contract.num_steps, "seed": spec.contract.seed if seed is None else seed}
-    values.update({k.name: config[k.name] for k in space.knobs if k.placeholder})
-    argv = [token.format(**values) for token in spec.command]
+    values = {**contract_values(spec, seed=seed), **{k.name: config[k.name] for k in space.knobs if k.placeholder}}
+    switches = {"{" + k.name + "}": k for k in space.knobs if k.placeholder and k.flag_style == "switch" and k.flag}
+    argv: list[str] = []
+    for token in spec.command:
+        if token in switches:
+            argv += flag_args(switches[token], config[switches[token].name])
+        else:
+            argv.append(token.format(**values))
     env = dict(spec.env)
     for knob in space.knobs:
+        value = config[knob.name]
+        if knob.placeholder or value == spec.baseline.get(knob.name, value):
+            continue
         if knob.flag is not None:
-            argv += flag_args(knob, config[knob.name])
+            argv += flag_args(knob, value)
         elif knob.env is not None:
-            env[knob.env] = str(config[knob.name])
+            env[knob.env] = str(value)
     return tuple(argv), env

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import BinaryIO
 
-from infrarsi.core.spec import MetricsSpec
+from infrarsi.core.spec_metrics import MetricsSpec
 from infrarsi.harness.log_adapter import LogAdapter, MetricsLineError
 from infrarsi.harness.metrics_events import RecordedEvents
 from infrarsi.harness.stamped_reader import StampedReaders

@@ -30,7 +30,7 @@ import psutil
 
 from infrarsi.core.files import sha256_file
 from infrarsi.core.knobs import Config
-from infrarsi.core.spec import MetricsSpec
+from infrarsi.core.spec_metrics import MetricsSpec
 from infrarsi.core.trial import Outcome, Role, TrialResult, is_out_of_memory
 from infrarsi.harness.device_memory import DeviceMemoryGauge, DeviceMemoryUnavailable, open_nvml_gauge
 from infrarsi.harness.job_output import JobOutput

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from infrarsi.core.errors import InfrarsiError
-from infrarsi.core.spec import MetricsSpec
+from infrarsi.core.spec_metrics import MetricsSpec
 
 NUM_LINES_SHOWN = 8
 

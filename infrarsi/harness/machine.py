@@ -50,3 +50,24 @@ def describe(fp: dict | None = None) -> str:
     fp = fp or fingerprint()
     gpus = ", ".join(fp["gpus"]) or "no GPU"
     return f"{fp['num_cpus']}x {fp['cpu']} ({fp['memory_gib']} GiB), {gpus}"
+
+
+@lru_cache(maxsize=1)
+def software() -> dict:
+    """What a measurement of a job depends on besides the hardware: the Python, torch (its
+    build says its CUDA: 2.13.0+cu128, 2.13.0+cpu) and the GPU driver, read without importing
+    torch. Doctor's cache key holds it, so a baseline measured under other software is not reused."""
+    from importlib import metadata
+
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = None
+    driver = []
+    if shutil.which("nvidia-smi") is not None:
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split()
+        except (subprocess.SubprocessError, OSError):
+            driver = []
+    return {"python": platform.python_version(), "torch": torch, "driver": sorted(set(driver))}

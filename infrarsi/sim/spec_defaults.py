@@ -17,7 +17,7 @@ def sim_spec_defaults(name: str) -> dict[str, Any]:
         "constraints": [c.expr for c in w.space.constraints], "baseline": dict(w.baseline),
         "contract": {"seq_len": w.job.seq_len, "global_batch_tokens": w.job.seq_len * w.job.global_batch,
                      "num_steps": NUM_STEPS + WARMUP_STEPS, "warmup_steps": WARMUP_STEPS,
-                     "editable": ["*"], "locked": ["*"]},
+                     "locked": ["*"]},
         "device": {"memory_capacity": w.memory_capacity_bytes, "emulate_capacity": False},
         "resources": {"cpus_per_trial": 0.5},
     }

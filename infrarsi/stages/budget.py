@@ -29,27 +29,29 @@ class TrialBudgetExhausted(InfrarsiError):
     """A stage asked for a trial past ``budget.max_trials``."""
 
 
-def _classes_and_splits(spec: CampaignSpec) -> tuple[int, int]:
-    """(numerics classes other than the baseline's, honest splits in the baseline's numerics)."""
+def _classes_and_splits(spec: CampaignSpec) -> tuple[int, int, int]:
+    """(numerics classes other than the baseline's, honest splits in the baseline's numerics,
+    those of them doctor adds itself where the calibration has none: ``added_splits``)."""
     knobs = () if spec.backend == "sim" else changing_knobs(spec.knobs)
     baseline = spec.space.validate(spec.baseline)
     others = len([c for c in feasible_classes(spec.space, baseline, knobs) if c])
     splits = sum(1 for v in spec.calibration if not class_of({**baseline, **v}, baseline, knobs))
-    return others, splits
+    added = 2 if not splits and spec.fixed_products else 0
+    return others, splits + added, added
 
 
 def doctor_trials(spec: CampaignSpec) -> int:
-    """The most trials doctor runs: baseline repeats, calibration variants, and per other
-    numerics class its reference and the honest splits in it."""
+    """The most trials doctor runs: baseline repeats, calibration variants (and the splits
+    doctor adds), and per other numerics class its reference and the honest splits in it."""
     b = spec.budget
-    others, splits = _classes_and_splits(spec)
-    return max(b.doctor_repeats, b.doctor_max_repeats) + len(spec.calibration) + others * (1 + splits)
+    others, splits, added = _classes_and_splits(spec)
+    return max(b.doctor_repeats, b.doctor_max_repeats) + len(spec.calibration) + added + others * (1 + splits)
 
 
 def verification_reserve(spec: CampaignSpec) -> int:
     """The trials verification needs to promote anything: the fewest pairs of the leader,
     each round with its baseline run and a reference for the leader's numerics."""
-    others, _ = _classes_and_splits(spec)
+    others, _, _ = _classes_and_splits(spec)
     return SequentialRule(max_pairs=spec.budget.verify_pairs).min_pairs * (2 + min(others, 1))
 
 
@@ -58,7 +60,7 @@ def trial_cap(spec: CampaignSpec, num_trials: int) -> int:
     if spec.budget.max_trials is not None:
         return spec.budget.max_trials
     b = spec.budget
-    others, splits = _classes_and_splits(spec)
+    others, splits, _ = _classes_and_splits(spec)
     arms = b.num_finalists + (2 if b.minimize_pairs else 0)
     rounds = max(b.verify_pairs, b.minimize_pairs)  # a leave-one-out arm may run past the finalists
     verify = rounds * (1 + others + arms) + others * splits

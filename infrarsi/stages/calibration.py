@@ -78,8 +78,9 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
     splits: list[tuple[dict, float]] = []  # honest splits in the baseline's numerics
     class_runs: dict[NumericsClass, TrialResult] = {}
     warnings: list[str] | None = None
+    variants = [*spec.calibration, *added_splits(rt, baseline, knobs)]
     # Splits first: a refuted signal claim stops doctor before the other numerics run.
-    for variant in sorted(spec.calibration, key=lambda v: bool(class_of({**baseline, **v}, baseline, knobs))):
+    for variant in sorted(variants, key=lambda v: bool(class_of({**baseline, **v}, baseline, knobs))):
         cfg = {**baseline, **variant}
         cls = class_of(cfg, baseline, knobs)
         if cls and warnings is None:
@@ -148,6 +149,20 @@ def _class_reference(rt: CampaignRuntime, run: Callable[[CampaignRuntime, Config
     return ClassReference(settings=cls, losses=ref.losses, eval_losses=ref.eval_losses,
                           tolerance=max([keeps_tol] + [TOLERANCE_MARGIN * s for s in scores]),
                           trial_ids=tuple(trial_ids), honest_score=max(scores)), rows
+
+
+def added_splits(rt: CampaignRuntime, baseline: Config, knobs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Honest splits doctor runs itself where the spec's calibration has none in the
+    baseline's numerics: a loss signal checked only against the baseline's own repeats
+    would reject every honest split of the batch. The two extremes of the first fixed
+    product's feasible splits (the tolerance must cover every split between them)."""
+    spec = rt.spec
+    if not spec.fixed_products or any(not class_of({**baseline, **v}, baseline, knobs) for v in spec.calibration):
+        return []
+    names = spec.fixed_products[0].knobs
+    splits = sorted({tuple(c[n] for n in names) for c in rt.space.feasible
+                     if all(c[k] == baseline[k] for k in c if k not in names)} - {tuple(baseline[n] for n in names)})
+    return [dict(zip(names, s)) for s in splits[:1] + splits[1:][-1:]]
 
 
 def _check_claim(signal: str, window: int, splits: list[tuple[dict, float]]) -> list[str]:

@@ -16,10 +16,12 @@ from typing import Any, Mapping
 from infrarsi.contract.checks import enforce
 from infrarsi.contract.loss_contract import LossContract
 from infrarsi.contract.loss_reference import LossReference
+from infrarsi.contract import reproduce
 from infrarsi.contract.noise import NoiseEstimate, estimate_noise
 from infrarsi.core.errors import ContractError
 from infrarsi.core.knobs import Config
 from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.harness.command import render_command
 from infrarsi.harness.metrics_events import explain_baseline_failure
 from infrarsi.stages.calibration import TOLERANCE_MARGIN, calibrate_loss
 from infrarsi.stages.runtime import CampaignRuntime
@@ -77,6 +79,15 @@ def _baseline_run(rt: CampaignRuntime) -> TrialResult:
     return r
 
 
+def _check_reproduces(rt: CampaignRuntime, run: TrialResult) -> None:
+    """Stop before any search where the first baseline run does not print what the user's
+    own command printed (``infrarsi.contract.reproduce``)."""
+    problems = reproduce.differences(rt.spec, run)
+    if problems:
+        argv, _ = render_command(rt.spec, rt.space, rt.space.validate(rt.spec.baseline))
+        raise ContractError(reproduce.explain(rt.spec, argv, problems))
+
+
 def _clean(runs: list[TrialResult]) -> list[TrialResult]:
     """The runs that measure the machine as the campaign's trials will find it. The first
     run is cold (file cache, allocator, compile caches: a default campaign's first run once
@@ -94,7 +105,10 @@ def _baseline_runs(rt: CampaignRuntime) -> tuple[list[TrialResult], NoiseEstimat
     budget = rt.spec.budget
     most = max(budget.doctor_max_repeats, budget.doctor_repeats)
     runs = [r for r in _recorded(rt, Role.DOCTOR) if r.outcome is Outcome.OK][:most]
-    runs += [_baseline_run(rt) for _ in range(budget.doctor_repeats - len(runs))]
+    while len(runs) < budget.doctor_repeats:
+        runs.append(_baseline_run(rt))
+        if len(runs) == 1:
+            _check_reproduces(rt, runs[0])
     while True:
         used = _clean(runs)
         noise = estimate_noise([r.step_time_s for r in used], [r.step_times_s for r in used])

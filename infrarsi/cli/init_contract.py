@@ -1,0 +1,153 @@
+"""The contract, metrics and calibration ``infrarsi init`` writes, each guess checked
+against the command's own numbers and what the dry runs printed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from infrarsi.cli.init_draft import MAX_TRIAL_STEPS, CommandFacts, Draft, Observed, changes_numerics
+from infrarsi.cli.launch_command import ParsedCommand
+
+# An honest split of the global batch that moves the first printed loss by more than this
+# means the job prints a micro-batch's loss, not the global batch's: compare moving means.
+SPLIT_MOVES_LOSS = 1e-4
+
+
+def contract_and_metrics(draft: Draft, cmd: ParsedCommand, seen: Observed, facts: CommandFacts) -> None:
+    """Fill the draft's contract, metrics, calibration and reproduce tables."""
+    found, from_help, product = facts.found, facts.from_help, facts.product
+    sequences = product * (cmd.nproc or 1) if product else None  # per optimizer step
+    seq_len, seq_why = _seq_len(found, from_help, seen, sequences)
+    tokens, tokens_why, line = _tokens(seen, sequences, seq_len)
+    steps = found.get("num_steps")
+    steps = min(steps, MAX_TRIAL_STEPS) if isinstance(steps, int) and steps > 1 else MAX_TRIAL_STEPS
+    signal, signal_why = _loss_signal(seen, product)
+    seed = found.get("seed", 1234)
+    locked = _globs(seen.files_read) or [cmd.script or "PLACEHOLDER"]
+    c = {"seq_len": int(seq_len or 1), "global_batch_tokens": int(tokens), "num_steps": steps,
+         "warmup_steps": 2 if steps > 3 else 1, "seed": int(seed), "loss_signal": signal, "locked": locked}
+    draft.data["metrics"] = _metrics(seen, draft, line, tokens)
+    draft.data["contract"] = c
+    draft.confirm.update({
+        "contract.seq_len": f"tokens per sequence, {seq_why}",
+        "contract.global_batch_tokens": f"tokens per optimizer step, {tokens_why}",
+        "contract.num_steps": draft.confirm.get("contract.num_steps",
+                                                "optimizer steps per trial, warm-up included (keep it short)"),
+        "contract.loss_signal": signal_why,
+        "contract.locked": ("the files the dry run read under this folder (code, config, data): hashed around "
+                            "every trial, so nothing a trial does may change them" if seen.files_read else
+                            "PLACEHOLDER: no dry run saw what the job reads: list its model code, data and config"),
+    })
+    if "seed" not in found:
+        draft.confirm["contract.seed"] = ("PLACEHOLDER: the command passes no seed; add the script's seed flag as "
+                                          "--seed={seed} (say) so verification's canary seeds reach the job")
+    elif "seed" in from_help:
+        draft.confirm["contract.seed"] = "--help's default (the command does not give it; init adds the flag)"
+    calibration = _calibration(draft)
+    if calibration:
+        draft.data["calibration"] = calibration
+    if seen.first_loss is not None or seen.fact_lines:
+        draft.data["reproduce"] = {k: v for k, v in {
+            "command": [*(f"{k}={v}" for k, v in cmd.env.items()), *cmd.argv], "first_loss": seen.first_loss,
+            "tokens_per_step": line.tokens if line else None, "lines": list(seen.fact_lines)}.items()
+            if v not in (None, [])}
+    draft.data["device"] = {"memory_capacity": "8GiB"}
+    draft.confirm["device.memory_capacity"] = "per trial: on CPU the resident memory above which a trial is an OOM"
+    draft.data["budget"] = {"num_trials": 12, "trial_timeout_s": 300, "doctor_repeats": 3, "num_finalists": 1,
+                            "verify_pairs": 5}
+
+
+def _globs(files: tuple[str, ...], most: int = 12) -> list[str]:
+    """The files as written, a folder of more than ``most`` of them as ``folder/**``."""
+    by_folder: dict[str, list[str]] = {}
+    for f in files:
+        by_folder.setdefault(f.rpartition("/")[0], []).append(f)
+    out = []
+    for folder, names in sorted(by_folder.items()):
+        out += [f"{folder}/**"] if folder and len(names) > most else names
+    return out
+
+
+def _seq_len(found: dict, from_help: frozenset[str], seen: Observed, sequences: int | None) -> tuple[int | None, str]:
+    seq_len = found.get("seq_len")
+    if seq_len is not None:
+        return seq_len, ("--help's default (the command does not give it)" if "seq_len" in from_help
+                         else "from the command")
+    lines = [t for t in seen.patterns.tokens_lines if sequences and t.tokens % sequences == 0]
+    if len({t.tokens for t in lines}) == 1:
+        return lines[0].tokens // sequences, (f"derived from the dry run's line '{lines[0].line}' over {sequences} "
+                                              "sequences per step")
+    return None, "PLACEHOLDER: neither the command nor --help gives it; write the job's tokens per sequence"
+
+
+def _tokens(seen: Observed, sequences: int | None, seq_len: int | None) -> tuple[int, str, Any]:
+    """(tokens per step, why, the tokens line that states it or None). A printed figure is
+    accepted only where it equals micro-batch x accumulation x sequence length x processes."""
+    lines = seen.patterns.tokens_lines
+    if sequences and seq_len:
+        computed = sequences * seq_len
+        line = next((t for t in lines if t.tokens == computed), None)
+        if line is not None:
+            return computed, (f"printed by the dry run ('{line.line}') and equal to the command's {sequences} "
+                              f"sequences x {seq_len} tokens"), line
+        other = f"; the dry run's tokens lines said {sorted({t.tokens for t in lines})}, which do not" if lines else ""
+        return computed, f"computed: {sequences} sequences per step x seq_len {seq_len}{other}", None
+    listed = (f"; the dry run printed {', '.join(repr(t.line) for t in lines[:3])}, which the command's own numbers "
+              "cannot check") if lines else ""
+    return (sequences or 1) * (seq_len or 1), f"PLACEHOLDER: write the job's tokens per step{listed}", None
+
+
+def _loss_signal(seen: Observed, product: int | None) -> tuple[str, str]:
+    guide = ("'step' where the printed loss is the mean over the whole global batch (a Hugging Face Trainer's); "
+             "'window' (a moving mean over contract.loss_window steps) where it is one micro-batch's (nanoGPT's); "
+             "'eval' to compare the eval losses. Doctor checks it: docs/loss-contract.md")
+    if seen.split_moved is None:
+        return "step", guide
+    if seen.split_moved <= SPLIT_MOVES_LOSS:
+        return "step", (f"an honest split of the global batch printed the same first loss ({seen.split_moved:.1e} "
+                        f"apart) in the dry runs: the printed loss is the global batch's. {guide}")
+    return "window", (f"an honest split of the global batch moved the first printed loss by {seen.split_moved:.1%} "
+                      f"in the dry runs: the job prints a micro-batch's loss, so moving means are compared. {guide}")
+
+
+def _metrics(seen: Observed, draft: Draft, line: Any, tokens: int) -> dict[str, Any]:
+    p = seen.patterns
+    out: dict[str, Any] = {"source": "log", "stream": "both"}
+    if p.step_pattern:
+        out["step_pattern"] = p.step_pattern
+        draft.notes.append(f"step_pattern was guessed from {p.num_step_lines} lines like: {p.step_example}")
+    else:
+        out["step_pattern"] = r"step (?P<step>\d+).*loss (?P<loss>[-+0-9.eE]+)"
+        draft.confirm["metrics.step_pattern"] = "no loss line was found in the dry run: write the regex"
+    if p.eval_pattern:
+        out["eval_pattern"] = p.eval_pattern
+    if line is not None:
+        out["tokens_pattern"] = line.pattern
+    else:
+        out["tokens_per_step"] = tokens
+        draft.confirm["metrics.tokens_per_step"] = "the job prints no tokens line that checks out: a declared constant"
+    return out
+
+
+def _calibration(draft: Draft) -> list[dict[str, Any]]:
+    """Honest variants that calibrate the loss contract: the extreme splits of the fixed
+    product in the baseline's numerics (the tolerance must cover every split between them),
+    and one run per numerics-changing knob at its other value."""
+    knobs, baseline, out = draft.data["knobs"], draft.data["baseline"], []
+    for fp in draft.data.get("fixed_products", ())[:1]:
+        mb, ga = fp["knobs"][:2]
+        rest = math.prod(baseline[k] for k in fp["knobs"][2:])
+        splits = [{mb: m, ga: fp["value"] // rest // m} for m in knobs[mb]["values"]
+                  if (fp["value"] // rest) % m == 0 and fp["value"] // rest // m in knobs[ga]["values"]
+                  and m != baseline[mb]]
+        out += splits[:1] + splits[1:][-1:]  # the smallest micro-batch and the largest
+    for name, knob in knobs.items():
+        if changes_numerics(name, knob):
+            other = next((v for v in knob["values"] if v != baseline[name]), None)
+            if other is not None:
+                out.append({name: other})
+    if out:
+        draft.notes.append("calibration: the extreme splits of the global batch and each precision's other value "
+                           "calibrate the loss tolerance (docs/loss-contract.md)")
+    return out

@@ -1,0 +1,245 @@
+"""The spec ``infrarsi init`` writes, from the command as typed and what its dry runs showed.
+
+The command stays the baseline, token for token: a value a knob or the contract takes is
+replaced where it stood (``--batch_size=12`` -> ``--batch_size={batch_size}``), nothing is
+moved, and a flag the command does not give joins only a trial that changes it. The step
+flag (and a seed flag that ``--help`` knows, so that canary seeds reach the job) is the one
+thing added where the command lacks it: a trial must choose how many steps it runs.
+Guesses are checked before they are written: a tokens-per-step figure only where it equals
+the command's own product (micro-batch x accumulation x sequence length x processes), a
+step placeholder only where the dry run printed as many losses as its step value asked
+for (``{last_step}`` where the loop runs 0..N inclusive), a loss signal only from an honest
+split's dry run. What cannot be checked stays a placeholder marked ``CONFIRM``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from infrarsi.cli.init_knobs import draft_knob, kind_of, one_knob_per_kind, powers_of_two
+from infrarsi.cli.launch_command import Flag, ParsedCommand
+from infrarsi.cli.log_patterns import GuessedPatterns
+from infrarsi.contract.numerics import CHANGES, default_numerics
+
+CONTRACT_NAMES = {
+    "num_steps": ("max_iters", "max_steps", "steps", "num_steps", "iters", "train_steps", "total_steps",
+                  "max_iterations"),
+    "seq_len": ("block_size", "seq_len", "seq_length", "max_seq_length", "context_length", "sequence_length",
+                "max_length"),
+    "seed": ("seed",),
+}
+DRY_RUN_STEPS = 3
+MAX_TRIAL_STEPS = 20
+
+
+def contract_field_of(flag: Flag) -> str | None:
+    return next((k for k, names in CONTRACT_NAMES.items() if flag.key in names), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """What the dry runs showed (nothing, with ``--no-dry-run``)."""
+
+    patterns: GuessedPatterns = GuessedPatterns()
+    num_losses: int | None = None  # loss lines printed for DRY_RUN_STEPS steps
+    first_loss: float | None = None
+    fact_lines: tuple[str, ...] = ()  # start-up lines that state the model (parameter counts)
+    files_read: tuple[str, ...] = ()  # under the workload folder
+    split_moved: float | None = None  # relative change of the first loss under an honest split
+
+
+@dataclass
+class Draft:
+    """The spec being written, with comments for the keys the user must look at."""
+
+    data: dict[str, Any]
+    confirm: dict[str, str] = field(default_factory=dict)   # "table.key" or "key" -> why
+    notes: list[str] = field(default_factory=list)           # header lines
+
+
+def knob_name(flag: Flag) -> str:
+    return re.sub(r"\W", "_", flag.name)
+
+
+def _escape(token: str) -> str:
+    return token.replace("{", "{{").replace("}", "}}")
+
+
+def in_place(flag: Flag, name: str) -> str:
+    """The token that gives ``flag`` the placeholder ``{name}`` where its value stood."""
+    if flag.style == "switch":
+        return "{" + name + "}"
+    return f"{_escape(flag.spelled)}={{{name}}}" if flag.style == "equals" else "{" + name + "}"
+
+
+def appended(flag: Flag, name: str) -> list[str]:
+    """The tokens that add ``flag`` with the placeholder ``{name}`` to a command that lacks it."""
+    return [f"{flag.spelled}={{{name}}}"] if flag.style == "equals" else [flag.spelled, "{" + name + "}"]
+
+
+def _as_typed(knob: dict[str, Any], flag: Flag) -> dict[str, Any]:
+    """A boolean knob whose typed value prints otherwise than it reads (``false`` reads as
+    False, which prints ``False``) keeps its values as typed text, in the case typed, so the
+    baseline renders the token as the user typed it."""
+    if flag.raw is None or str(knob["baseline"]) == flag.raw or not isinstance(knob["baseline"], bool):
+        return knob
+    case = str.lower if flag.raw.islower() else str.upper if flag.raw.isupper() else str.capitalize
+    spell = {True: case("true"), False: case("false")}
+    typed = {**knob, "values": [spell[v] for v in knob["values"]], "baseline": spell[knob["baseline"]]}
+    if knob.get("levels"):
+        typed["levels"] = {spell[k == "true"]: v for k, v in knob["levels"].items()}
+    return typed
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandFacts:
+    """What the command (and --help) say about the contract, for ``init_contract``."""
+
+    found: dict[str, Any]  # contract field -> value, from the command or --help
+    from_help: frozenset[str]  # the fields whose value is --help's default
+    product: int | None  # micro-batch x accumulation, where both are knobs
+
+
+def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name: str, cpus: int,
+                  default_threads: int | None) -> tuple[Draft, CommandFacts]:
+    """The command, knobs, baseline and fixed products for ``cmd``: ``known`` adds flags from
+    ``--help`` the command does not give; ``default_threads`` is torch's thread count in the
+    job's interpreter (None: no threads knob)."""
+    given = {f.name for f in cmd.flags}
+    every = cmd.flags + [f for f in known if f.name not in given]
+    style = max(("separate", "equals"), key=lambda s: sum(f.style == s for f in cmd.flags))
+    draft = Draft(data={})
+    template = [_escape(t) for t in cmd.argv]
+    tail: list[str] = []  # what the command lacks: the step flag, a seed flag --help knows
+    knobs: dict[str, dict] = {}
+    baseline: dict[str, Any] = {}
+    contract: dict[str, Any] = {}
+    from_help: set[str] = set()  # contract fields whose value is --help's default
+    by_kind = {kind_of(f.key): f for f in every if kind_of(f.key)}
+    mb, ga = by_kind.get("micro_batch"), by_kind.get("grad_accum")
+    split = mb is not None and ga is not None and isinstance(mb.value, int) and isinstance(ga.value, int)
+    product = mb.value * ga.value if split else None
+    knob_product = product * (cmd.nproc or 1) if split else None
+    left_out = one_knob_per_kind(every, given, knob_product, style, cpus)
+    _note_left_out(draft, every, left_out)
+    step_placeholder = _step_placeholder(seen, draft)
+    for flag in every:
+        field_name = contract_field_of(flag)
+        if field_name and field_name not in contract and (flag.name in given or _usable_default(field_name, flag)):
+            contract[field_name] = flag.value
+            placeholder = step_placeholder if field_name == "num_steps" else field_name
+            if flag.name in given:
+                template[flag.index] = in_place(flag, placeholder)
+                continue
+            from_help.add(field_name)
+            if field_name in ("num_steps", "seed"):
+                tail += appended(flag, placeholder)
+            continue
+        knob = None if flag.name in left_out else draft_knob(flag, knob_product, style, cpus)
+        if knob is None:
+            if kind_of(flag.key) == "optimizer" and len(flag.choices or ()) > 1:
+                draft.notes.append(f"{flag.spelled} is not a knob: its values ({', '.join(map(str, flag.choices[:4]))}"
+                                   ", ...) are other optimizers, which change what is trained; a knob may only "
+                                   "switch between implementations of one algorithm")
+            continue
+        kname = knob_name(flag)
+        if flag.name in given:
+            knob = _as_typed(knob, flag)
+            template[flag.index] = in_place(flag, kname)
+            knob.pop("flag_style", None)
+            if flag.style != "switch":
+                knob.pop("flag")
+            else:
+                knob["flag_style"] = "switch"
+            knob["placeholder"] = True
+        else:
+            draft.confirm[f"baseline.{kname}"] = "from --help, not the command: is this what the job runs today?"
+        baseline[kname] = knob.pop("baseline")
+        knobs[kname] = knob
+    if "num_steps" not in contract:
+        draft.notes.append("CONFIRM command: neither the command nor --help names a step flag; add the job's "
+                           "step flag with {num_steps} so that a trial runs a few steps")
+    if split:
+        draft.data["fixed_products"] = [{"knobs": [knob_name(mb), knob_name(ga)], "value": product}]
+    elif mb is not None:
+        draft.notes.append(f"{mb.spelled} is not a knob: without an accumulation flag it changes the global batch.")
+    _threads_knob(cmd, knobs, baseline, cpus, default_threads)
+    if cmd.nproc is not None:
+        _nproc_knob(cmd, template, knobs, baseline, draft, cpus, split)
+    draft.data.update(name=name, workload_dir=".", repository="copy", command=template + tail, flag_style=style,
+                      baseline=baseline)
+    if cmd.env:
+        draft.data["env"] = dict(cmd.env)
+    draft.data["knobs"] = knobs
+    return draft, CommandFacts(found=contract, from_help=frozenset(from_help), product=product)
+
+
+def _note_left_out(draft: Draft, every: list[Flag], left_out: dict[str, Flag]) -> None:
+    for kept in {f.name: f for f in left_out.values()}.values():
+        names = [f.spelled for f in every if f.name in left_out and left_out[f.name] is kept]
+        kind = kind_of(kept.key)
+        why = ("two precision switches could both be on (--bf16 with --fp16 the Trainer rejects); fp16 is a knob "
+               "only where the command turns it on, as CPUs run it poorly if at all" if kind == "precision" else
+               f"two {kind} knobs could clash or be aliases of one setting")
+        draft.notes.append(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not a knob: {kept.spelled} is "
+                           f"the one {kind} knob, since {why}")
+
+
+def _usable_default(field_name: str, flag: Flag) -> bool:
+    """Whether a contract flag the command does not give enters the spec with --help's
+    default: an integer seed or a positive sequence length; any step flag, since a trial
+    sets its own step count."""
+    value = flag.value
+    if field_name == "num_steps":
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and (value > 0 or field_name == "seed")
+
+
+def _step_placeholder(seen: Observed, draft: Draft) -> str:
+    """``{num_steps}`` where the dry run printed one loss per step it was given,
+    ``{last_step}`` where it printed one more (a loop over 0..N inclusive)."""
+    if seen.num_losses in (None, DRY_RUN_STEPS):
+        return "num_steps"
+    if seen.num_losses == DRY_RUN_STEPS + 1:
+        draft.notes.append(f"the step flag is {{last_step}} (num_steps - 1): given {DRY_RUN_STEPS} steps, the dry "
+                           f"run printed {seen.num_losses} losses (its loop runs 0..N inclusive)")
+        return "last_step"
+    draft.confirm["contract.num_steps"] = (
+        f"PLACEHOLDER: given {DRY_RUN_STEPS} steps, the dry run printed {seen.num_losses} loss line(s), not one per "
+        "step: make the job print its loss every step (a logging-interval flag of 1)")
+    return "num_steps"
+
+
+def _threads_knob(cmd: ParsedCommand, knobs: dict, baseline: dict, cpus: int, default_threads: int | None) -> None:
+    """torch's intra-op threads through OMP_NUM_THREADS, where no knob of that kind exists:
+    its baseline is what the job runs today (the command's OMP_NUM_THREADS, else torch's
+    default), which the baseline never sets."""
+    if "threads" in {k.get("kind") for k in knobs.values()}:
+        return
+    typed = cmd.env.get("OMP_NUM_THREADS")
+    current = int(typed) if typed and typed.isdigit() else default_threads
+    if current is None:
+        return
+    knobs["omp_threads"] = {"values": sorted({current, *powers_of_two(cpus)}), "env": "OMP_NUM_THREADS",
+                            "kind": "threads", "description": "torch's intra-op threads, read at start-up"}
+    baseline["omp_threads"] = current
+
+
+def _nproc_knob(cmd: ParsedCommand, template: list[str], knobs: dict, baseline: dict, draft: Draft, cpus: int,
+                split: bool) -> None:
+    typed = cmd.argv[cmd.nproc_index]
+    template[cmd.nproc_index] = f"{typed.partition('=')[0]}={{nproc}}" if cmd.nproc_style == "equals" else "{nproc}"
+    knobs["nproc"] = {"values": sorted({cmd.nproc, *powers_of_two(cpus)}), "placeholder": True,
+                      "kind": "processes", "description": "processes the launcher starts"}
+    baseline["nproc"] = cmd.nproc
+    if split:
+        draft.data["fixed_products"][0]["knobs"].append("nproc")
+        draft.data["fixed_products"][0]["value"] *= cmd.nproc
+        draft.notes.append("CONFIRM fixed_products: micro-batch x accumulation x processes is the global batch "
+                           "in sequences (if your script splits the batch over processes itself, drop nproc)")
+
+
+def changes_numerics(name: str, knob: dict[str, Any]) -> bool:
+    return default_numerics(name, knob.get("kind")) == CHANGES
