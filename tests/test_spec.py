@@ -92,6 +92,9 @@ def test_only_real_processes_without_gpus_count_as_cpu_trials(tmp_path):
     ({"command": ["{python}", "trian.py"]}, r"command script 'trian.py' does not exist"),
     ({"command": ["{python}", "train.py", "{gpus}"]}, r"command placeholder \{gpus\} is unknown"),
     ({"contract.editable": ["src/**/*.py"]}, r"contract\.editable pattern 'src/\*\*/\*\.py' matches no file"),
+    ({"contract.locked": ["data.py", "train.py"]}, r"\['train.py'\] is both locked and editable"),
+    ({"knobs.optimizer.flag": None, "knobs.optimizer.placeholder": True},
+     r"knobs\.optimizer is a placeholder, but the command has no \{optimizer\}"),
 ])
 def test_broken_spec_names_the_field(tmp_path, changes, expected):
     with pytest.raises(SpecError, match=expected):

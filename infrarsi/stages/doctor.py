@@ -71,9 +71,11 @@ def _recorded(rt: CampaignRuntime, role: Role) -> list[TrialResult]:
     return [r for r in rt.ledger.trials() if r.role is role and not r.extra.get("retried")]
 
 
-def _baseline_run(rt: CampaignRuntime) -> TrialResult:
+def _baseline_run(rt: CampaignRuntime, *, first: bool = False) -> TrialResult:
     spec = rt.spec
     r = rt.run_one(rt.space.validate(spec.baseline), Role.DOCTOR, check=lambda t: enforce(t, spec.contract, None))
+    if first:  # a run that does not reproduce the typed command says so first: that is the cause
+        _check_reproduces(rt, r)
     if r.outcome is not Outcome.OK:
         raise ContractError(explain_baseline_failure(r))
     return r
@@ -106,9 +108,7 @@ def _baseline_runs(rt: CampaignRuntime) -> tuple[list[TrialResult], NoiseEstimat
     most = max(budget.doctor_max_repeats, budget.doctor_repeats)
     runs = [r for r in _recorded(rt, Role.DOCTOR) if r.outcome is Outcome.OK][:most]
     while len(runs) < budget.doctor_repeats:
-        runs.append(_baseline_run(rt))
-        if len(runs) == 1:
-            _check_reproduces(rt, runs[0])
+        runs.append(_baseline_run(rt, first=not runs))
     while True:
         used = _clean(runs)
         noise = estimate_noise([r.step_time_s for r in used], [r.step_times_s for r in used])
