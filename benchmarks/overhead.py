@@ -41,7 +41,6 @@ global_batch_tokens = 1024
 num_steps = 3
 warmup_steps = 1
 loss_tolerance = 0.01
-editable = ["noop_workload.py"]
 locked = ["noop_workload.py"]
 [device]
 memory_capacity = "8GiB"

@@ -57,7 +57,7 @@ _infrarsi_chain()
 
 @dataclass(frozen=True, kw_only=True)
 class DryRun:
-    output: str  # stdout and stderr together, in the order written
+    output: str  # stdout's lines, then stderr's
     exit_code: int | None  # None: it ran out of time (then the output is what it printed so far)
     files_read: tuple[str, ...] = field(default=())  # under the working folder, relative, sorted
 
@@ -73,18 +73,26 @@ def dry_run(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float) -
         path = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH", "")) if p)
         run_env = {**env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "INFRARSI_DRY_RUN_FILES": str(files)}
         try:
-            done = subprocess.run(argv, cwd=cwd, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            done = subprocess.run(argv, cwd=cwd, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-            output, code = done.stdout, done.returncode
+            output, code = _both(done.stdout, done.stderr), done.returncode
         except subprocess.TimeoutExpired as exc:
-            raw = exc.stdout or b""
-            output, code = raw.decode(errors="replace") if isinstance(raw, bytes) else raw, None
+            output, code = _both(exc.stdout, exc.stderr), None
         except OSError as exc:
             return DryRun(output=f"{argv[0]}: {exc}", exit_code=127)
         read = set()
         for listing in files.glob("*.txt"):
             read.update(line for line in listing.read_text().splitlines() if line)
     return DryRun(output=output, exit_code=code, files_read=tuple(sorted(_under(cwd, read))))
+
+
+def _both(stdout: str | bytes | None, stderr: str | bytes | None) -> str:
+    """stdout, then stderr, as lines: read apart, as the harness reads them, so a progress bar
+    on one stream never runs into a log line of the other; a carriage return (a bar
+    redrawing itself) ends a line too."""
+    def text(raw: str | bytes | None) -> str:
+        return (raw.decode(errors="replace") if isinstance(raw, bytes) else raw or "").replace("\r", "\n")
+    return text(stdout) + "\n" + text(stderr)
 
 
 def _under(root: Path, paths: set[str]) -> list[str]:

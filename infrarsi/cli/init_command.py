@@ -23,7 +23,15 @@ import tomlkit
 
 from infrarsi.cli.dry_run import DryRun, dry_run
 from infrarsi.cli.init_contract import contract_and_metrics
-from infrarsi.cli.init_draft import DRY_RUN_STEPS, Draft, Observed, contract_field_of, draft_command
+from infrarsi.cli.init_draft import (
+    DRY_RUN_STEPS,
+    Draft,
+    batch_flags,
+    Observed,
+    contract_field_of,
+    draft_command,
+    typed_tokens_per_step,
+)
 from infrarsi.cli.launch_command import Flag, ParsedCommand, help_flags, parse_command
 from infrarsi.cli.log_patterns import guess_patterns
 from infrarsi.core.errors import InfrarsiError
@@ -45,6 +53,12 @@ def short_argv(cmd: ParsedCommand, known: list[Flag], steps: int, changes: dict[
     for i, token in (changes or {}).items():
         argv[i] = token
     given = next((f for f in cmd.flags if contract_field_of(f) == "num_steps"), None)
+    tokens = next((f for f in cmd.flags if contract_field_of(f) == "num_tokens"), None)
+    per_step = typed_tokens_per_step(cmd, known)
+    if given is None and tokens is not None:  # the length in tokens: as typed where a step's tokens are unknown
+        given, steps = (tokens, steps * per_step) if per_step else (None, None)
+        if given is None:
+            return argv
     if given is not None:
         argv[given.index] = f"{given.spelled}={steps}" if given.style == "equals" else str(steps)
         return argv
@@ -56,20 +70,19 @@ def short_argv(cmd: ParsedCommand, known: list[Flag], steps: int, changes: dict[
 
 def _split(cmd: ParsedCommand) -> dict[int, str] | None:
     """Tokens that run an honest split of the command's own batch: micro-batch halved (or
-    doubled) and accumulation the other way; None where the command gives no such pair."""
-    from infrarsi.cli.init_knobs import kind_of
-
-    mb = next((f for f in cmd.flags if kind_of(f.key) == "micro_batch" and isinstance(f.value, int)), None)
-    ga = next((f for f in cmd.flags if kind_of(f.key) == "grad_accum" and isinstance(f.value, int)), None)
-    if mb is None or ga is None:
+    doubled) and accumulation the other way, or, where the job derives its accumulation from
+    a global batch, the micro-batch alone; None where the command gives no such pair."""
+    mb, ga, gb = batch_flags(cmd.flags)
+    if mb is None or (ga is None and gb is None):
         return None
-    m, a = (mb.value // 2, ga.value * 2) if mb.value % 2 == 0 else (mb.value * 2, ga.value // 2)
-    if m < 1 or a < 1 or m * a != mb.value * ga.value:
+    total = mb.value * ga.value if ga else gb.value
+    m = mb.value // 2 if mb.value % 2 == 0 else mb.value * 2
+    if m < 1 or total % m:
         return None
 
     def token(flag: Flag, value: int) -> str:
         return f"{flag.spelled}={value}" if flag.style == "equals" else str(value)
-    return {mb.index: token(mb, m), ga.index: token(ga, a)}
+    return {mb.index: token(mb, m), **({ga.index: token(ga, total // m)} if ga else {})}
 
 
 def _observe(cmd: ParsedCommand, known: list[Flag], cwd: Path, env: dict[str, str], timeout_s: float) -> Observed:
@@ -150,8 +163,8 @@ def init_spec(command: list[str], *, cwd: Path, out_path: Path, name: str | None
     env = {**os.environ, **cmd.env}
     known = help_flags(cmd, cwd, env)
     seen = _observe(cmd, known, cwd, env, dry_run_timeout_s) if run_job else Observed()
-    entry = cmd.script or (cmd.entry[-1] if cmd.entry else cmd.argv[0])
-    draft = build_spec(cmd, known, seen, name=name or re.sub(r"\W+", "-", Path(entry).stem).strip("-") or "job",
+    entry = Path(cmd.script).stem if cmd.script else "-".join(Path(t).stem for t in cmd.entry if t != "-m")
+    draft = build_spec(cmd, known, seen, name=name or re.sub(r"[^A-Za-z0-9_.-]+", "-", entry).strip("-.") or "job",
                        cpus=os.cpu_count() or 1, default_threads=torch_threads(cmd, cwd, env))
     draft.data["workload_dir"] = os.path.relpath(cwd, out_path.parent)
     out_path.write_text(render_toml(draft, command))

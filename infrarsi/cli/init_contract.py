@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from infrarsi.cli.init_draft import MAX_TRIAL_STEPS, CommandFacts, Draft, Observed, changes_numerics
+from infrarsi.cli.init_draft import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, CommandFacts, Draft, Observed, changes_numerics
 from infrarsi.cli.launch_command import ParsedCommand
 
 # An honest split of the global batch that moves the first printed loss by more than this
@@ -17,11 +17,15 @@ SPLIT_MOVES_LOSS = 1e-4
 def contract_and_metrics(draft: Draft, cmd: ParsedCommand, seen: Observed, facts: CommandFacts) -> None:
     """Fill the draft's contract, metrics, calibration and reproduce tables."""
     found, from_help, product = facts.found, facts.from_help, facts.product
-    sequences = product * (cmd.nproc or 1) if product else None  # per optimizer step
+    sequences = product * (cmd.nproc or 1) if product and draft.data.get("fixed_products") else product
     seq_len, seq_why = _seq_len(found, from_help, seen, sequences)
-    tokens, tokens_why, line = _tokens(seen, sequences, seq_len)
+    tokens, tokens_why, line = _tokens(seen, sequences, seq_len, found)
+    if seq_len is None and tokens_why.startswith("derived") and sequences and tokens % sequences == 0:
+        seq_len, seq_why = tokens // sequences, f"tokens per step over {sequences} sequences per step"
     steps = found.get("num_steps")
-    steps = min(steps, MAX_TRIAL_STEPS) if isinstance(steps, int) and steps > 1 else MAX_TRIAL_STEPS
+    if steps is None and isinstance(found.get("num_tokens"), int) and tokens > 1:
+        steps = found["num_tokens"] // tokens
+    steps = min(max(steps, MIN_TRIAL_STEPS), MAX_TRIAL_STEPS) if isinstance(steps, int) else MAX_TRIAL_STEPS
     signal, signal_why = _loss_signal(seen, product)
     seed = found.get("seed", 1234)
     locked = _globs(seen.files_read) or [cmd.script or "PLACEHOLDER"]
@@ -81,10 +85,17 @@ def _seq_len(found: dict, from_help: frozenset[str], seen: Observed, sequences: 
     return None, "PLACEHOLDER: neither the command nor --help gives it; write the job's tokens per sequence"
 
 
-def _tokens(seen: Observed, sequences: int | None, seq_len: int | None) -> tuple[int, str, Any]:
+def _tokens(seen: Observed, sequences: int | None, seq_len: int | None, found: dict[str, Any]
+            ) -> tuple[int, str, Any]:
     """(tokens per step, why, the tokens line that states it or None). A printed figure is
-    accepted only where it equals micro-batch x accumulation x sequence length x processes."""
+    accepted only where it equals micro-batch x accumulation x sequence length x processes;
+    for a job whose length is counted in tokens, the tokens it was given over the losses it
+    printed are a step's tokens."""
     lines = seen.patterns.tokens_lines
+    total = found.get("num_tokens")
+    if not (sequences and seq_len) and isinstance(total, int) and seen.num_losses and total % seen.num_losses == 0:
+        return total // seen.num_losses, (f"derived: the dry run, given {total} tokens, printed {seen.num_losses} "
+                                          "losses, one per step"), None
     if sequences and seq_len:
         computed = sequences * seq_len
         line = next((t for t in lines if t.tokens == computed), None)
@@ -135,6 +146,10 @@ def _calibration(draft: Draft) -> list[dict[str, Any]]:
     product in the baseline's numerics (the tolerance must cover every split between them),
     and one run per numerics-changing knob at its other value."""
     knobs, baseline, out = draft.data["knobs"], draft.data["baseline"], []
+    micro = [n for n, k in knobs.items() if k.get("kind") == "micro_batch"]
+    if micro and not draft.data.get("fixed_products"):  # the job derives accumulation from a global batch
+        values = [v for v in knobs[micro[0]]["values"] if v != baseline[micro[0]]]
+        out += [{micro[0]: v} for v in values[:1] + values[1:][-1:]]
     for fp in draft.data.get("fixed_products", ())[:1]:
         mb, ga = fp["knobs"][:2]
         rest = math.prod(baseline[k] for k in fp["knobs"][2:])

@@ -25,16 +25,24 @@ from infrarsi.contract.numerics import CHANGES, default_numerics
 
 CONTRACT_NAMES = {
     "num_steps": ("max_iters", "max_steps", "steps", "num_steps", "iters", "train_steps", "total_steps",
-                  "max_iterations"),
-    "seq_len": ("block_size", "seq_len", "seq_length", "max_seq_length", "context_length", "sequence_length",
-                "max_length"),
+                  "max_iterations", "max_steps_per_epoch"),
+    "num_tokens": ("max_tokens",),  # a job that counts its length in tokens (litgpt pretrain)
+    "seq_len": ("block_size", "seq_len", "seq_length", "max_seq_length", "max_seq_len", "context_length",
+                "sequence_length", "max_length"),
     "seed": ("seed",),
 }
+# Sequences per optimizer step, where a job takes them instead of an accumulation count: the
+# accumulation follows from it and the micro-batch (litgpt's --train.global_batch_size).
+GLOBAL_BATCH_NAMES = ("global_batch_size",)
 DRY_RUN_STEPS = 3
-MAX_TRIAL_STEPS = 20
+MIN_TRIAL_STEPS, MAX_TRIAL_STEPS = 8, 20  # a trial needs a few measured steps past its warm-up
 
 
 def contract_field_of(flag: Flag) -> str | None:
+    """The contract field a flag gives, by its name; none for a nested flag of evaluation or
+    generation (``--eval.max_iters`` is not the training's step count)."""
+    if re.search(r"(^|\.)(eval|val|valid|validation|test|generate|generation)\.", flag.name):
+        return None
     return next((k for k, names in CONTRACT_NAMES.items() if flag.key in names), None)
 
 
@@ -117,19 +125,19 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
     baseline: dict[str, Any] = {}
     contract: dict[str, Any] = {}
     from_help: set[str] = set()  # contract fields whose value is --help's default
-    by_kind = {kind_of(f.key): f for f in every if kind_of(f.key)}
-    mb, ga = by_kind.get("micro_batch"), by_kind.get("grad_accum")
-    split = mb is not None and ga is not None and isinstance(mb.value, int) and isinstance(ga.value, int)
-    product = mb.value * ga.value if split else None
-    knob_product = product * (cmd.nproc or 1) if split else None
+    mb, ga, gb = batch_flags(every)
+    split = ga is not None
+    product = mb.value * ga.value if split else gb.value if gb is not None else None
+    knob_product = product * (cmd.nproc or 1) if split else product
     left_out = one_knob_per_kind(every, given, knob_product, style, cpus)
     _note_left_out(draft, every, left_out)
-    step_placeholder = _step_placeholder(seen, draft)
     for flag in every:
         field_name = contract_field_of(flag)
+        if field_name in ("num_steps", "num_tokens") and {"num_steps", "num_tokens"} & set(contract):
+            continue  # the job's length is given one way already: the spec controls that one
         if field_name and field_name not in contract and (flag.name in given or _usable_default(field_name, flag)):
             contract[field_name] = flag.value
-            placeholder = step_placeholder if field_name == "num_steps" else field_name
+            placeholder = _step_placeholder(seen, draft) if field_name == "num_steps" else field_name
             if flag.name in given:
                 template[flag.index] = in_place(flag, placeholder)
                 continue
@@ -158,11 +166,14 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
             draft.confirm[f"baseline.{kname}"] = "from --help, not the command: is this what the job runs today?"
         baseline[kname] = knob.pop("baseline")
         knobs[kname] = knob
-    if "num_steps" not in contract:
+    if "num_steps" not in contract and "num_tokens" not in contract:
         draft.notes.append("CONFIRM command: neither the command nor --help names a step flag; add the job's "
                            "step flag with {num_steps} so that a trial runs a few steps")
     if split:
         draft.data["fixed_products"] = [{"knobs": [knob_name(mb), knob_name(ga)], "value": product}]
+    elif mb is not None and gb is not None:
+        draft.notes.append(f"{mb.spelled} keeps the global batch: the job derives its accumulation from "
+                           f"{gb.spelled} ({gb.value} sequences per step)")
     elif mb is not None:
         draft.notes.append(f"{mb.spelled} is not a knob: without an accumulation flag it changes the global batch.")
     _threads_knob(cmd, knobs, baseline, cpus, default_threads)
@@ -174,6 +185,29 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
         draft.data["env"] = dict(cmd.env)
     draft.data["knobs"] = knobs
     return draft, CommandFacts(found=contract, from_help=frozenset(from_help), product=product)
+
+
+def batch_flags(flags: list[Flag]) -> tuple[Flag | None, Flag | None, Flag | None]:
+    """(micro-batch, accumulation, global batch) among ``flags``, each where its value is a
+    whole number: a micro-batch with an accumulation count, or with a global batch the job
+    derives its accumulation from."""
+    whole = [f for f in flags if isinstance(f.value, int) and not isinstance(f.value, bool)]
+    mb = next((f for f in whole if kind_of(f.key) == "micro_batch"), None)
+    ga = next((f for f in whole if kind_of(f.key) == "grad_accum"), None) if mb else None
+    gb = next((f for f in whole if f.key in GLOBAL_BATCH_NAMES), None) if mb and not ga else None
+    return mb, ga, gb
+
+
+def typed_tokens_per_step(cmd: ParsedCommand, known: list[Flag]) -> int | None:
+    """Tokens per optimizer step as the command's own numbers give them (micro-batch x
+    accumulation, or the global batch, x processes x sequence length); None where one is
+    missing."""
+    given = {f.name for f in cmd.flags}
+    every = cmd.flags + [f for f in known if f.name not in given]
+    mb, ga, gb = batch_flags(every)
+    sequences = mb.value * ga.value * (cmd.nproc or 1) if ga else gb.value if gb else None
+    seq_len = next((f.value for f in every if contract_field_of(f) == "seq_len" and isinstance(f.value, int)), None)
+    return sequences * seq_len if sequences and seq_len else None
 
 
 def _note_left_out(draft: Draft, every: list[Flag], left_out: dict[str, Flag]) -> None:

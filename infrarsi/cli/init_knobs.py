@@ -11,7 +11,7 @@ from infrarsi.cli.launch_command import Flag
 # Flag names (lower case, dashes as underscores) that say what a flag is.
 KIND_NAMES = {
     "micro_batch": ("batch_size", "micro_batch", "micro_batch_size", "per_device_train_batch_size",
-                    "train_micro_batch_size_per_gpu", "mbs", "train_batch_size"),
+                    "train_micro_batch_size_per_gpu", "mbs"),
     "grad_accum": ("gradient_accumulation_steps", "grad_accum", "grad_accum_steps", "accumulate_grad_batches",
                    "accum_steps", "gradient_accumulation"),
     "precision": ("dtype", "precision", "bf16", "fp16", "mixed_precision", "amp"),
@@ -28,8 +28,11 @@ SAME_ALGORITHM = (
     ("forloop", "foreach", "fused"),         # torch.optim implementations (the built-in trainer's --optimizer)
     ("adamw_torch", "adamw_torch_fused"),    # Hugging Face TrainingArguments --optim: torch's AdamW
 )
-_PRECISION_LEVELS = {"float32": "fp32", "fp32": "fp32", "32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
+_PRECISION_LEVELS = {"float32": "fp32", "fp32": "fp32", "32": "fp32", "32-true": "fp32", "bfloat16": "bf16",
+                     "bf16": "bf16", "bf16-true": "bf16",
                      "bf16-mixed": "bf16", "float16": "fp16", "fp16": "fp16", "16-mixed": "fp16"}
+
+
 def kind_of(name: str) -> str | None:
     return next((k for k, names in KIND_NAMES.items() if name in names), None)
 
@@ -52,7 +55,8 @@ def _precision_values(flag: Flag) -> tuple[list, dict]:
         level = "fp16" if flag.key == "fp16" else "bf16"
         return [flag.value, not flag.value], {"false": "fp32", "true": level}
     value = str(flag.value)
-    families = (["float32", "bfloat16"], ["fp32", "bf16"], ["32", "bf16-mixed"], ["no", "bf16"])
+    families = (["float32", "bfloat16"], ["fp32", "bf16"], ["32", "bf16-mixed"], ["32-true", "bf16-mixed"],
+                ["no", "bf16"])
     family = next((f for f in families if value in f or (value in ("float16", "fp16", "16-mixed") and f[0] != "no")),
                   None)
     if family is None:

@@ -88,8 +88,10 @@ def guess_patterns(output: str) -> GuessedPatterns:
     """Patterns for the log adapter from one run's output (stdout and stderr together)."""
     lines = [ln for ln in output.splitlines() if ln.strip()]
     lossy = [ln for ln in lines if re.search(r"loss", ln, re.I) and _NUM.search(ln)]
-    train = [ln for ln in lossy if not _EVAL_WORDS.search(ln)]
-    evals = [ln for ln in lossy if _EVAL_WORDS.search(ln)]
+    # An eval line has an eval word in the text just before a loss figure ("val loss 4.2");
+    # a training line has a loss figure after text without one ("loss train: 5.7, val: n/a").
+    evals = [ln for ln in lossy if _pattern(ln, ("eval_loss",))]
+    train = [ln for ln in lossy if ln not in evals and _pattern(ln, ("loss",))]
     found: dict = {}
     shapes = Counter(_shape(ln) for ln in train)
     if shapes:

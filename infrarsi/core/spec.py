@@ -20,8 +20,9 @@ from infrarsi.core.spec_metrics import MetricsSpec
 
 Scalar = bool | int | float | str
 # Placeholders every command template may use, besides knobs declared `placeholder = true`:
-# last_step is num_steps - 1, for a step flag whose loop runs 0..N inclusive.
-CONTRACT_PLACEHOLDERS = ("python", "seq_len", "global_batch_tokens", "num_steps", "last_step", "seed")
+# last_step is num_steps - 1, for a step flag whose loop runs 0..N inclusive; num_tokens is
+# num_steps x global_batch_tokens, for a job that counts its length in tokens.
+CONTRACT_PLACEHOLDERS = ("python", "seq_len", "global_batch_tokens", "num_steps", "last_step", "num_tokens", "seed")
 # Environment the harness owns (the metrics file it reads); no knob or spec may set it.
 RESERVED_ENV_PREFIX = "INFRARSI_"
 

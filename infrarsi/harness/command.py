@@ -2,7 +2,8 @@
 
 The spec's command is the baseline as the user launches it. Rendering keeps it token for
 token and in order: each ``{placeholder}`` takes a contract value (``{num_steps}``,
-``{last_step}`` for a loop that runs 0..N inclusive, ``{seq_len}``, ``{seed}``, ...) or a
+``{last_step}`` for a loop that runs 0..N inclusive, ``{num_tokens}`` for a job whose
+length is counted in tokens, ``{seq_len}``, ``{seed}``, ...) or a
 placeholder knob's value where the typed value stood; a placeholder switch knob written as
 the lone token ``{name}`` is its flag when on and nothing when off. A knob that is not in
 the command reaches the job only where a config sets it to something other than the
@@ -37,7 +38,8 @@ def contract_values(spec: "CampaignSpec", *, seed: int | None = None) -> dict[st
     """The contract's placeholders and their values (``seed`` replaces the contract's)."""
     c = spec.contract
     return {"python": sys.executable, "seq_len": c.seq_len, "global_batch_tokens": c.global_batch_tokens,
-            "num_steps": c.num_steps, "last_step": c.num_steps - 1, "seed": c.seed if seed is None else seed}
+            "num_steps": c.num_steps, "last_step": c.num_steps - 1, "num_tokens": c.num_steps * c.global_batch_tokens,
+            "seed": c.seed if seed is None else seed}
 
 
 def render_command(spec: "CampaignSpec", space: KnobSpace, config: Config, *, seed: int | None = None

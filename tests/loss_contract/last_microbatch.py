@@ -50,11 +50,11 @@ def write_spec(tmp: Path, signal: str, patches: list[str] = (), *, window: int =
     lines = [
         f'name = "last-microbatch-{signal}"', f"workload_dir = {json.dumps(str(JOB_DIR))}", 'repository = "copy"',
         'command = ["{python}", "train.py", "--seq-len", "{seq_len}", "--global-batch-tokens", '
-        '"{global_batch_tokens}", "--steps", "{num_steps}", "--seed", "{seed}"]',
+        '"{global_batch_tokens}", "--steps", "{num_steps}", "--seed", "{seed}", "--micro-batch", "{micro_batch}"]',
         "baseline = " + "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in BASELINE.items()) + " }",
         'calibration = [{ micro_batch = 8 }, { micro_batch = 2 }, { precision = "bf16" }]',
         f"patches = {json.dumps(list(patches))}",
-        '[knobs.micro_batch]\nvalues = [2, 4, 8, 16, 32]\nflag = "--micro-batch"',
+        '[knobs.micro_batch]\nvalues = [2, 4, 8, 16, 32]\nplaceholder = true',
         '[knobs.precision]\nvalues = ["fp32", "bf16"]\nflag = "--precision"',
         '[knobs.threads]\nvalues = [1, 2]\nflag = "--threads"',
         "[contract]", "seq_len = 32", "global_batch_tokens = 1024", "num_steps = 16", "warmup_steps = 2",
