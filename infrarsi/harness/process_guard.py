@@ -39,7 +39,6 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, ConfigDict
 
-from infrarsi.core.errors import ResumeError
 from infrarsi.core.workspace import CampaignDir, data_dir
 
 GUARD_ENV = "INFRARSI_PROCESS_GUARD"
@@ -279,8 +278,7 @@ def _install() -> _Guard:
 def guard_campaign(folder: Path | None) -> list[str]:
     """Guard this process (the first call) and note ``folder`` as a campaign folder it runs.
     First ends what dead campaigns on this machine left running, ``folder``'s last run
-    included; returns a line for the console about each. Raises ``ResumeError`` while
-    another process runs ``folder``."""
+    included; returns a line for the console about each."""
     lines = end_leftovers(folder)
     guard = _install()
     if folder is not None and folder.resolve() not in guard.folders:
@@ -302,10 +300,6 @@ def end_leftovers(folder: Path | None) -> list[str]:
     records = {r.token: r for r in map(_read, sorted(_index_dir().glob("*.json"))) if r is not None}
     own = _read(CampaignDir(folder).processes) if folder is not None else None
     if own is not None:
-        last = own.campaign.running()
-        if last is not None and last.pid != os.getpid():
-            raise ResumeError(f"the campaign in {folder} is still running (process {own.campaign.pid}); "
-                              "stop it, or wait for it to end, before resuming it")
         records.setdefault(own.token, own)
     lines = []
     for record in records.values():
