@@ -263,8 +263,8 @@ def run_process_trial(req: TrialRequest) -> TrialResult:
             out = JobOutput(req.metrics, log, fifo_path, name=req.trial_id)
             try:
                 # The job ends with the process that runs this trial (a Ray actor killed, a
-                # campaign gone): SIGTERM, so that torchrun ends its workers too. The hook
-                # only calls prctl, so the threads of this process cannot deadlock it.
+                # campaign gone): SIGTERM, so that torchrun ends its workers too. The hook only
+                # makes system calls (prctl, getppid): no lock another thread held at fork.
                 proc = subprocess.Popen(list(req.argv), cwd=req.cwd, env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
                                         preexec_fn=parent_death_signal(signal.SIGTERM))  # noqa: PLW1509
