@@ -8,6 +8,7 @@ from prefect import flow
 
 from infrarsi.core import progress
 from infrarsi.core.options import CampaignOptions
+from infrarsi.harness.process_guard import guard_campaign
 from infrarsi.stages.budget import trial_cap
 from infrarsi.stages.report.report import campaign_metrics, summarize
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
@@ -31,6 +32,8 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
     default: the built-in GPT workload), or the one in ``options.resume``."""
     contract, cdir, opts = init_task(options)
     name_flow_run(contract.campaign_id)
+    for line in guard_campaign(cdir.root):  # what this campaign starts ends with its process
+        print(line)
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(
         ray_address=opts.ray_address, tracking_uri=opts.tracking_uri, concurrency=opts.concurrency, bank=opts.bank,
         max_trials=trial_cap(contract.spec, opts.budget), parent_params={

@@ -1,5 +1,6 @@
 """The process backend on real processes: every way a trial can end is classified."""
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -115,3 +116,36 @@ def test_foreign_load_during_the_window_is_measured(tmp_path):
     assert r.outcome is Outcome.OK
     # the job sleeps: nearly all CPU in the window was the hog's, about one core
     assert r.extra["foreign_load_cores"] > 0.6
+
+
+TRIAL_IN_A_PROCESS = """
+import sys
+from infrarsi.core.trial import Role
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
+run_process_trial(TrialRequest(
+    trial_id="t0001", config={}, role=Role.SEARCH, argv=(sys.executable, sys.argv[1], "--mode", "hang"), env={},
+    cwd=sys.argv[2], trial_dir=sys.argv[2] + "/trial", memory_capacity_bytes=2**31, emulate_capacity=True,
+    timeout_s=600, warmup_steps=1, num_steps=4))
+"""
+
+
+def test_the_job_ends_with_the_process_that_runs_its_trial(tmp_path):
+    """A Ray actor killed mid-trial, or a campaign gone: the job gets SIGTERM from the kernel."""
+    runner = subprocess.Popen([sys.executable, "-c", TRIAL_IN_A_PROCESS, FAKE, str(tmp_path)])
+    log = tmp_path / "trial" / "log.txt"
+    deadline = time.time() + 60
+    while not (log.exists() and "CHILD" in log.read_text()):
+        assert runner.poll() is None and time.time() < deadline, "the trial never started"
+        time.sleep(0.1)
+    job = next(p for p in psutil.Process(runner.pid).children() if FAKE in p.cmdline())
+    child = psutil.Process(int(log.read_text().split("CHILD")[1].split()[0]))
+    runner.kill()
+    runner.wait()
+    try:
+        job.wait(timeout=10)  # not this process's child: psutil polls until it is gone
+    finally:
+        # The job's own child is the campaign's watchdog's to end (test_campaign_processes).
+        for p in (job, child):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+

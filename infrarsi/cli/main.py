@@ -97,14 +97,23 @@ def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:
     return options.model_copy(update={"campaign_id": new_campaign_id(load_spec(options.spec or builtin_spec_path()))})
 
 
+def _campaign_folder(options: CampaignOptions) -> Path | None:
+    """The campaign's folder, where it is known before init (not for a spec cloned from git)."""
+    from infrarsi.core.workspace import default_campaigns_dir
+
+    if options.resume:
+        return Path(options.resume)
+    if options.campaign_id:
+        return (Path(options.out) if options.out else default_campaigns_dir()) / options.campaign_id
+    return None
+
+
 def _log_path(options: CampaignOptions) -> Path:
     """The campaign folder's prefect.log (the out folder's, for a spec cloned from git)."""
     from infrarsi.core.workspace import default_campaigns_dir
 
-    if options.resume:
-        return Path(options.resume) / "prefect.log"
-    out = Path(options.out) if options.out else default_campaigns_dir()
-    return out / (options.campaign_id or "") / "prefect.log"
+    folder = _campaign_folder(options)
+    return (folder or (Path(options.out) if options.out else default_campaigns_dir())) / "prefect.log"
 
 
 @contextlib.contextmanager
@@ -137,9 +146,15 @@ def _campaign(args: argparse.Namespace) -> dict:
                                      **({"bank": "off"} if args.no_bank else {})})
     total, done = _expected_trials(options)
     from flows.campaign import campaign
+    from infrarsi.harness.process_guard import guard_campaign
 
     options = _with_campaign_id(options)
     log_path = _log_path(options)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    # Before the flow starts Prefect's temporary server: every process started from here on
+    # ends with this one.
+    for line in guard_campaign(_campaign_folder(options)):
+        print(f"infrarsi: {line}", file=sys.stderr)
     try:
         with _console_logs_to(log_path):
             return _run_flow(campaign, options, args.no_progress, total, done)

@@ -107,6 +107,12 @@ class CampaignDir:
         return self.root / "priors.json"
 
     @property
+    def processes(self) -> Path:
+        """The processes this campaign's process started, as its watchdog last saw them
+        (``infrarsi.harness.process_guard``): what a resume ends if they outlived it."""
+        return self.root / "processes.json"
+
+    @property
     def warnings(self) -> Path:
         """Things the user must know that are not a trial's result (an LLM fallback, MLflow
         spooling, a clipped budget): one JSON line each, shown on the console and in the report."""

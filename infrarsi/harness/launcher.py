@@ -35,6 +35,7 @@ from infrarsi.core.trial import Outcome, Role, TrialResult, is_out_of_memory
 from infrarsi.harness.device_memory import DeviceMemoryGauge, DeviceMemoryUnavailable, open_nvml_gauge
 from infrarsi.harness.job_output import JobOutput
 from infrarsi.harness.metrics_events import RecordedEvents
+from infrarsi.harness.process_guard import parent_death_signal
 from infrarsi.job.reporter import METRICS_FILE_ENV
 
 # Memory, CPU and timeout sampling. Not the clock: lines are stamped by reader threads.
@@ -261,8 +262,12 @@ def run_process_trial(req: TrialRequest) -> TrialResult:
             log.flush()
             out = JobOutput(req.metrics, log, fifo_path, name=req.trial_id)
             try:
+                # The job ends with the process that runs this trial (a Ray actor killed, a
+                # campaign gone): SIGTERM, so that torchrun ends its workers too. The hook only
+                # makes system calls (prctl, getppid): no lock another thread held at fork.
                 proc = subprocess.Popen(list(req.argv), cwd=req.cwd, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=parent_death_signal(signal.SIGTERM))  # noqa: PLW1509
             except OSError as exc:
                 out.readers.stop()
                 return TrialResult(**base, outcome=Outcome.CRASH, reason=f"could not launch {req.argv[0]!r}: {exc}")
