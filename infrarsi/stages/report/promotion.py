@@ -43,7 +43,8 @@ def promotion_summary(cdir: CampaignDir) -> dict[str, Any]:
         "minimize_trials": minimize.get("num_trials", 0),
         "canary_effective": (verification or {}).get("canary_effective"),
         "canary_note": (verification or {}).get("canary_note", ""),
-        "noise_cv": (verification or {}).get("noise_floor", doctor.get("noise_cv")),
+        "noise_cv": doctor.get("noise_cv"),
+        "practical_margin": (verification or {}).get("margin"),
         "noise_estimate_weak": (doctor.get("noise") or {}).get("weak"),
     }
 
@@ -51,7 +52,7 @@ def promotion_summary(cdir: CampaignDir) -> dict[str, Any]:
 def _change(c: dict) -> dict[str, Any]:
     return {"knob": c["knob"], "from": c["baseline_value"], "to": c["value"], "contribution": c["contribution"],
             "ci": [c["ci_low"], c["ci_high"]] if c["ci_low"] is not None else None, "inert": c["inert"],
-            "note": c["note"]}
+            "source": c.get("source", "measured"), "ground": c.get("ground", ""), "note": c["note"]}
 
 
 def _x(v: float | None) -> str:
@@ -86,24 +87,25 @@ def contribution_sections(cdir: CampaignDir) -> list[dict[str, Any]]:
     rows = []
     for c in minimize["contributions"]:
         ci = f"{c['ci_low']:.3f} - {c['ci_high']:.3f}" if c["ci_low"] is not None else "-"
-        notes = [n for n in ("inert (calibration: no effect on loss or speed)" if c["inert"] else "", c["note"]) if n]
         rows.append([c["knob"], f"{c['baseline_value']} -> {c['value']}", "kept" if c["kept"] else "dropped",
-                     _x(c["contribution"]), ci, _x(c["step_contribution"]), c.get("source", "measured"),
-                     "; ".join(notes) or "-"])
+                     c.get("ground") or ("inert" if c["inert"] else "-"), _x(c["contribution"]), ci,
+                     _x(c["step_contribution"]), c.get("source", "measured"), c["note"] or "-"])
     what = ("step time" if minimize["job_steps"] is None
             else f"total time over the declared job ({minimize['job_steps']:,.0f} steps)")
+    margin = minimize.get("margin", minimize.get("noise_floor", 0.0))
     text = (f"Each change of the verified winner: its contribution is the winner's {what} without it over "
             f"with it (> 1: it pays), *predicted* by the time model fitted on every run at the contract seed "
             f"(90% interval), or *measured* by leaving it out ({minimize['num_trials']} runs in verification's "
-            f"rounds, beside the winner and sharing its baseline runs, at canary seeds). A change pays when "
-            f"leaving it out is shown (the paired test verification uses) to cost more than the noise floor "
-            f"({minimize['noise_floor']:.3f}); a change is dropped only when a config without it was measured "
-            f"and not shown slower than the fastest by more than the floor. "
+            f"rounds, beside the winner and sharing its baseline runs, at canary seeds). The fastest verified arm "
+            f"is promoted unless there is evidence to drop a change: leaving it out shown to cost less than the "
+            f"practical margin ({margin:.1%}; *equivalent*) or to save time (*costs*), doctor's calibration "
+            f"seeing it change neither losses nor speed (*inert*), or, for a change of the numerics or a code "
+            f"patch, not being shown to pay at least the margin. "
             f"{minimize['note'][0].upper() + minimize['note'][1:]}.")
     blocks = [{"text": text}]
     if rows:
-        blocks.append(table(["knob", "change", "promoted", "contribution", "90% CI", "per step", "source", "note"],
-                           rows))
+        blocks.append(table(["knob", "change", "promoted", "ground", "contribution", "90% CI", "per step", "source",
+                            "note"], rows))
     return [{"id": "changes", "title": "Promoted changes", "blocks": blocks}]
 
 
@@ -120,16 +122,15 @@ def noise_bullets(doctor: dict, verification: dict | None) -> list[str]:
                    "allowed no more); treat small speedups with care")
     if verification and verification.get("observed_noise_cv") is not None:
         seen = verification["observed_noise_cv"]
-        verdict = ("above doctor's estimate: that verdict's floor was raised to it" if seen > n["noise_cv"]
-                   else "within doctor's estimate")
+        verdict = ("above doctor's estimate" if seen > n["noise_cv"] else "within doctor's estimate")
         out.append(f"the largest per-run noise the verification pairs showed: {seen:.2%} ({verdict})")
     return out
 
 
 def verification_blocks(verification: dict, baseline: dict) -> list[dict[str, Any]]:
     if not verification.get("verdicts"):
-        return [{"text": "No finalist: no search trial beat the baseline by more than its noise, so nothing "
-                         "was verified."}]
+        return [{"text": "No finalist: no search trial beat the baseline by more than the practical margin, so "
+                         "nothing was verified."}]
     rows = []
     for v in verification["verdicts"]:
         job = v.get("job_steps") is not None

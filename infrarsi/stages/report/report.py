@@ -192,8 +192,8 @@ def _result_blocks(s: dict[str, Any], baseline: dict, verified_any: bool) -> lis
         head = {"text": "No candidate was promoted: none cleared verification (see below). The baseline stands."}
         bullets = []
     else:
-        head = {"text": "No candidate was promoted: no search trial beat the baseline by more than its noise, so "
-                        "none was verified. The baseline stands."}
+        head = {"text": "No candidate was promoted: no search trial beat the baseline by more than the practical "
+                        "margin, so none was verified. The baseline stands."}
         bullets = []
     bullets += result_bullets(s)
     if s.get("mfu_basis"):
