@@ -14,7 +14,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from infrarsi.stages.report.blocks import config_diff, fmt_change, fmt_value, readable, table
 
-Z90 = 1.6449
+Z90 = 1.6449  # a 90% two-sided interval from a normal sd
+
+
+def log_interval(mean: float, sd: float) -> tuple[float, float, float]:
+    """A log-scale effect as a factor with its 90% interval: (factor, low, high)."""
+    return math.exp(mean), math.exp(mean - Z90 * sd), math.exp(mean + Z90 * sd)
 
 
 def setting_effects(search: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -26,16 +31,19 @@ def _setting(knob: str, value: Any) -> str:
     return f"{knob}={fmt_value(value)}"
 
 
-def _times(mean: float, sd: float) -> str:
-    return f"x{math.exp(mean):.3f} ({math.exp(mean - Z90 * sd):.3f}-{math.exp(mean + Z90 * sd):.3f})"
+def _times(mean: float | None, sd: float | None) -> str:
+    if mean is None or sd is None:
+        return "-"
+    return "x{:.3f} ({:.3f}-{:.3f})".format(*log_interval(mean, sd))
 
 
 def _effects_table(rows: Sequence[Mapping[str, Any]], baseline: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [table(["setting", "step time, x baseline (90%)", "peak memory, x baseline (90%)", "memory price"],
                   ([fmt_change(r["knob"], baseline.get(r["knob"]), r["value"]),
-                    _times(r["log_time_effect"], r["log_time_sd"]),
-                    _times(r["log_memory_effect"], r["log_memory_sd"]),
-                    f"{r['bytes_vs_baseline'] / 2**30:+,.2f} GiB"] for r in rows))]
+                    _times(r.get("log_time_effect"), r.get("log_time_sd")),
+                    _times(r.get("log_memory_effect"), r.get("log_memory_sd")),
+                    "-" if r.get("bytes_vs_baseline") is None else f"{r['bytes_vs_baseline'] / 2**30:+,.2f} GiB"]
+                   for r in rows))]
 
 
 def _settings(pairs: Sequence[Sequence[Any]]) -> str:

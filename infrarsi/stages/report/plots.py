@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 from infrarsi.core.objective import job_time_s
 from infrarsi.core.trial import Outcome, TrialResult
 from infrarsi.stages.report.blocks import fmt_change
+from infrarsi.stages.report.learned import log_interval
 from infrarsi.stages.report.promotion import promoted_verdict
 
 # One colour and marker per outcome, the trials table's colours too (templates/report.html.j2).
@@ -27,7 +28,6 @@ OUTCOME_STYLE = {
     "timeout": ("#9467bd", "s"), "contract_violation": ("#ff7f0e", "D"), "invalid": ("#8c564b", "P"),
 }
 KEPT, DROPPED, BASELINE, PROMOTED = "#2ca02c", "#9a9a9a", "#555555", "#2ca02c"
-Z90 = 1.6449  # a 90% two-sided interval from a normal sd
 _WIDTH_IN, _DPI = 6.4, 150
 
 
@@ -260,27 +260,25 @@ def learned(path: Path, effects: Sequence[Mapping[str, Any]], baseline: Mapping[
     """A forest plot of the fitted models: each knob setting's effect on step time (x the
     baseline's, log axis) and its memory price (GiB against the baseline's peak), with 90%
     intervals; the promoted config's settings in green."""
-    rows = [e for e in effects if e.get("log_time_sd") is not None]
+    rows = [e for e in effects if e.get("log_time_effect") is not None and e.get("log_time_sd") is not None]
     if not rows:
         return False
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, sharey=True, layout="constrained", figsize=(_WIDTH_IN * 1.5, 0.9 + 0.24 * len(rows)))
+    fig, (left, right) = plt.subplots(1, 2, sharey=True, layout="constrained",
+                                      figsize=(_WIDTH_IN * 1.5, 0.9 + 0.24 * len(rows)))
     ys = list(range(len(rows)))[::-1]
     gib = 2.0**30
     base = next((b for b in map(_model_baseline_bytes, rows) if b), None)
     for y, e in zip(ys, rows):
         on = promoted is not None and promoted.get(e["knob"]) == e["value"]
         colour = PROMOTED if on else "#1f77b4"
-        mean, sd = e["log_time_effect"], e["log_time_sd"]
-        left.errorbar(math.exp(mean), y, xerr=[[math.exp(mean) - math.exp(mean - Z90 * sd)],
-                                               [math.exp(mean + Z90 * sd) - math.exp(mean)]],
-                      fmt="o", color=colour, ms=4, capsize=2, lw=1)
-        m_mean, m_sd = e["log_memory_effect"], e["log_memory_sd"]
-        if base is not None:
-            lo, hi = base * math.expm1(m_mean - Z90 * m_sd), base * math.expm1(m_mean + Z90 * m_sd)
-            point = base * math.expm1(m_mean)
-            right.errorbar(point / gib, y, xerr=[[(point - lo) / gib], [(hi - point) / gib]], fmt="o",
-                           color=colour, ms=4, capsize=2, lw=1)
+        factor, lo, hi = log_interval(e["log_time_effect"], e["log_time_sd"])
+        left.errorbar(factor, y, xerr=[[factor - lo], [hi - factor]], fmt="o", color=colour, ms=4, capsize=2, lw=1)
+        if base is not None and e.get("log_memory_sd") is not None:
+            # bytes against the model's baseline peak: peak x (factor - 1)
+            factor, lo, hi = (base * (x - 1) / gib for x in log_interval(e["log_memory_effect"], e["log_memory_sd"]))
+            right.errorbar(factor, y, xerr=[[factor - lo], [hi - factor]], fmt="o", color=colour, ms=4, capsize=2,
+                           lw=1)
     left.axvline(1, color=BASELINE, lw=1)
     left.set_xscale("log")
     from matplotlib.ticker import FuncFormatter, LogLocator
@@ -301,7 +299,7 @@ def learned(path: Path, effects: Sequence[Mapping[str, Any]], baseline: Mapping[
 def _model_baseline_bytes(e: Mapping[str, Any]) -> float | None:
     """The memory model's baseline peak, which ``bytes_vs_baseline`` is priced against
     (``bytes = peak x (exp(log effect) - 1)``); None for a setting that moves no memory."""
-    if abs(math.expm1(e["log_memory_effect"])) < 1e-9:
+    if e.get("bytes_vs_baseline") is None or abs(math.expm1(e.get("log_memory_effect") or 0.0)) < 1e-9:
         return None
     return e["bytes_vs_baseline"] / math.expm1(e["log_memory_effect"])
 
@@ -326,8 +324,8 @@ CAPTIONS = {
                      "Each arm's run over the baseline run of its round; squares: each arm's final 90% interval. "
                      "An arm is promoted when its lower bound clears the dotted line."),
     "learned": ("What the search learned",
-                "The engine's time and memory models fitted on every run of the search (search.json): each knob "
-                "setting against its knob's baseline value."),
+                "The engine's time and memory models, fitted on every run the search saw, doctor's included "
+                "(search.json): each knob setting against its knob's baseline value."),
 }
 
 
