@@ -48,7 +48,7 @@ def run_staged(tmp: Path, *, name: str, proposer: str, store: str, num_trials: i
 
 @pytest.fixture(scope="session")
 def staged_campaigns(tmp_path_factory, ray_session):
-    """Two finished campaigns (minimized, their branches staged) of two jobs and two
+    """Two finished campaigns (minimized, a branch staged for what each promoted) of two jobs and two
     proposers in one MLflow store: (store, [dirs])."""
     tmp = tmp_path_factory.mktemp("staged")
     store = f"sqlite:///{tmp / 'mlflow.db'}"

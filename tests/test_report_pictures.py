@@ -13,8 +13,9 @@ from infrarsi.cli.main import main
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.workspace import CampaignDir
 from infrarsi.stages.report.blocks import config_changes
+from infrarsi.stages.report.headline import warnings
 from infrarsi.stages.report.promotion import ground
-from infrarsi.stages.report.report import build_report, report_context
+from infrarsi.stages.report.report import build_report, report_context, summarize
 
 ALL = {"contributions", "best_so_far", "time_vs_memory", "verification", "learned"}
 
@@ -118,3 +119,17 @@ def test_a_change_is_shown_with_its_ground_or_for_an_older_record_the_head_of_it
     assert ground({"note": "predicted to pay: kept without a trial"}) == "predicted to pay"
     assert ground({"note": "predicted not to pay; dropped: a config without it cleared"}) == "predicted not to pay"
     assert ground({"note": "", "inert": True}) == "inert"
+
+
+def test_the_headline_warns_of_a_clipped_budget_and_runs_left_contaminated(staged_campaigns):
+    cdir = staged_campaigns[1][1]
+    s = summarize(cdir)
+    trials = Ledger(cdir.ledger).trials()
+    assert warnings(s, trials, search_budget=6, asked_budget=6) == []
+    dirty = [trials[0].replace(extra={**trials[0].extra, "contaminated": True}), *trials[1:]]
+    said = warnings({**s, "warnings": ["MLflow is unreachable"]}, dirty, search_budget=4, asked_budget=6)
+    assert said[0].startswith(f"1 run(s) stayed contaminated by other load after their re-measurements "
+                              f"({trials[0].trial_id})")
+    assert said[1] == (f"budget clipped: the search ran 4 of the 6 trials asked for, so that verification fits the "
+                       f"trial cap ({s['max_trials']})")
+    assert said[2] == "MLflow is unreachable"
