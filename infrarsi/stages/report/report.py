@@ -1,7 +1,10 @@
 """report: everything a campaign did, in Markdown and HTML, rebuilt from its folder alone.
 
-``build_report(dir)`` reads only files the stages wrote (contract, doctor, ledger, search,
-verification), so ``infrarsi report DIR`` works on any finished or interrupted campaign.
+Read top down: the answer (``headline``), the pictures (``plots``, PNGs under ``plots/``),
+then the evidence, the trials table last. ``build_report(dir)`` reads only files the stages
+wrote (contract, doctor, ledger, search, verification, minimization, apply, warnings), so
+``infrarsi report DIR`` works on any finished or interrupted campaign, and on a folder an
+older version wrote: what a missing record would have fed is named as missing.
 """
 
 from __future__ import annotations
