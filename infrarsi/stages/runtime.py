@@ -191,8 +191,11 @@ class CampaignRuntime:
                 return final
 
     def finish(self, summary: dict, tags: Mapping[str, str] | None = None) -> None:
+        """Close the MLflow parent run with the summary's numbers and the report: its two
+        files, the summary and its pictures (``plots/``, which the HTML links relatively)."""
         metrics = {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        artifacts = [p for p in (self.cdir.report_md, self.cdir.report_html, self.cdir.summary) if p.exists()]
+        artifacts = [p for p in (self.cdir.report_md, self.cdir.report_html, self.cdir.summary, self.cdir.plots)
+                     if p.exists()]
         self.tracker.end_campaign(metrics, artifacts, "FINISHED", tags=tags)
 
     def fail(self, status: str = "FAILED") -> None:

@@ -5,11 +5,12 @@ minimize.json, doctor.json), like the rest of the report."""
 
 from __future__ import annotations
 
+import re
 import statistics
-from typing import Any
+from typing import Any, Mapping
 
 from infrarsi.core.workspace import CampaignDir
-from infrarsi.stages.report.blocks import config_diff, table
+from infrarsi.stages.report.blocks import config_diff, details, fmt_change, fmt_value, table
 
 
 def _read(cdir: CampaignDir, path) -> Any:
@@ -55,6 +56,34 @@ def _change(c: dict) -> dict[str, Any]:
             "source": c.get("source", "measured"), "ground": c.get("ground", ""), "note": c["note"]}
 
 
+def ground(c: Mapping[str, Any]) -> str:
+    """Why a change was kept or dropped, in a few words: minimization's ``ground``, else
+    (a folder written before it had one) the head of its note, else "inert"."""
+    if c.get("ground"):
+        return c["ground"]
+    head = re.split(r"[:;]", c.get("note") or "", maxsplit=1)[0].strip()
+    return head or ("inert" if c.get("inert") else "")
+
+
+def margin(verification: Mapping[str, Any] | None) -> tuple[float | None, str]:
+    """The bar a lower bound had to clear, over 1, and its name: the practical margin, or in
+    a folder written before it existed, the noise floor."""
+    v = verification or {}
+    if v.get("margin") is not None:
+        return v["margin"], "practical margin"
+    if (v.get("plan") or {}).get("margin") is not None:
+        return v["plan"]["margin"], "practical margin"
+    return v.get("noise_floor"), "noise floor"
+
+
+def contribution_rows(minimize: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Each change of the leader, kept and dropped, as the contributions picture draws it."""
+    return [{"label": fmt_change(c["knob"], c["baseline_value"], c["value"]), "contribution": c["contribution"],
+             "ci": [c["ci_low"], c["ci_high"]] if c["ci_low"] is not None else None, "kept": c["kept"],
+             "ground": ground(c), "source": c.get("source", "measured")}
+            for c in (minimize or {}).get("contributions", [])]
+
+
 def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}x"
 
@@ -87,9 +116,10 @@ def contribution_sections(cdir: CampaignDir) -> list[dict[str, Any]]:
     rows = []
     for c in minimize["contributions"]:
         ci = f"{c['ci_low']:.3f} - {c['ci_high']:.3f}" if c["ci_low"] is not None else "-"
-        rows.append([c["knob"], f"{c['baseline_value']} -> {c['value']}", "kept" if c["kept"] else "dropped",
-                     c.get("ground") or ("inert" if c["inert"] else "-"), _x(c["contribution"]), ci,
-                     _x(c["step_contribution"]), c.get("source", "measured"), c["note"] or "-"])
+        rows.append([c["knob"], f"{fmt_value(c['baseline_value'])} -> {fmt_value(c['value'])}",
+                     "kept" if c["kept"] else "dropped",
+                     ground(c) or "-", _x(c["contribution"]), ci, _x(c["step_contribution"]),
+                     c.get("source", "measured"), c["note"] or "-"])
     what = ("step time" if minimize["job_steps"] is None
             else f"total time over the declared job ({minimize['job_steps']:,.0f} steps)")
     margin = minimize.get("margin", minimize.get("noise_floor", 0.0))
@@ -102,10 +132,13 @@ def contribution_sections(cdir: CampaignDir) -> list[dict[str, Any]]:
             f"seeing it change neither losses nor speed (*inert*), or, for a change of the numerics or a code "
             f"patch, not being shown to pay at least the margin. "
             f"{minimize['note'][0].upper() + minimize['note'][1:]}.")
-    blocks = [{"text": text}]
+    blocks = []
     if rows:
         blocks.append(table(["knob", "change", "promoted", "ground", "contribution", "90% CI", "per step", "source",
-                            "note"], rows))
+                             "note"],
+                            rows, ["kept" if c["kept"] else "dropped" for c in minimize["contributions"]],
+                            fold=["note"]))
+    blocks.append(details("How contributions are measured, and when a change is dropped", text))
     return [{"id": "changes", "title": "Promoted changes", "blocks": blocks}]
 
 
@@ -138,11 +171,13 @@ def verification_blocks(verification: dict, baseline: dict) -> list[dict[str, An
                      _x(v.get("step_speedup") or v["speedup"]), _x(v["speedup"]) if job else "-",
                      f"{v['ci_low']:.3f} - {v['ci_high']:.3f}" if v["ci_low"] else "-",
                      _startups(v), "yes" if v["promoted"] else "no", v["reason"]])
-    blocks = [table(["arm", "config", "pairs", "per step", "end to end", "interval (objective)",
-                    "start-up base / cand.", "promoted", "why"], rows)]
+    blocks = [table(["arm", "config (vs baseline)", "pairs", "per step", "end to end", "interval (objective)",
+                     "start-up base / cand.", "promoted", "why"], rows,
+                    ["kept" if v["promoted"] else "" for v in verification["verdicts"]], fold=["why"])]
     if verification.get("note"):
-        blocks.insert(0, {"text": "Each arm ran until the sequential test decided it (infrarsi.stages.run.sequential): "
-                                  + verification["note"] + "."})
+        blocks.append(details("How the arms were run and stopped",
+                              "Each arm ran until the sequential test decided it (infrarsi.stages.run.sequential): "
+                              + verification["note"] + "."))
     return blocks
 
 

@@ -1,7 +1,10 @@
 """report: everything a campaign did, in Markdown and HTML, rebuilt from its folder alone.
 
-``build_report(dir)`` reads only files the stages wrote (contract, doctor, ledger, search,
-verification), so ``infrarsi report DIR`` works on any finished or interrupted campaign.
+Read top down: the answer (``headline``), the pictures (``plots``, PNGs under ``plots/``),
+then the evidence, the trials table last. ``build_report(dir)`` reads only files the stages
+wrote (contract, doctor, ledger, search, verification, minimization, apply, warnings), so
+``infrarsi report DIR`` works on any finished or interrupted campaign, and on a folder an
+older version wrote: what a missing record would have fed is named as missing.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from infrarsi.core.ledger import Ledger
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
 from infrarsi.stages.budget import trial_cap, trials_by_stage
-from infrarsi.stages.report.blocks import config_diff, fmt_bytes, fmt_s, table
+from infrarsi.stages.report import plots
+from infrarsi.stages.report.blocks import config_diff, fmt_bytes, fmt_config, fmt_s, readable, table
+from infrarsi.stages.report.headline import campaign_headline, outcome_counts
+from infrarsi.stages.report.learned import learned_blocks, setting_effects
 from infrarsi.stages.report.mfu import campaign_mfu
 from infrarsi.stages.report.promotion import (
+    contribution_rows,
     contribution_sections,
     final_verification,
+    margin,
     noise_bullets,
     promoted_verdict,
     promotion_summary,
@@ -113,65 +121,6 @@ def summary_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
             for k, v in summary.items()]
 
 
-def _plots(cdir: CampaignDir, trials: list[TrialResult], baseline_s: float | None, capacity: int | None) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cdir.plots.mkdir(exist_ok=True)
-    search = [t for t in trials if t.role is Role.SEARCH and not t.extra.get("retried")]
-    best, xs, ys = float("inf"), [], []
-    for i, t in enumerate(search, 1):
-        if t.outcome is Outcome.OK:
-            best = min(best, t.step_time_s)
-        if best < float("inf"):
-            xs.append(i)
-            ys.append(best * 1000)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.step(xs, ys, where="post", label="best so far")
-    if baseline_s:
-        ax.axhline(baseline_s * 1000, color="grey", ls="--", label="baseline")
-    ax.set(xlabel="search trial", ylabel="step time (ms)", title="Best step time so far")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(cdir.plots / "best_so_far.png", dpi=100)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for outcome, colour in (("ok", "tab:blue"), ("oom", "tab:red"), ("contract_violation", "tab:orange")):
-        pts = [(t.peak_memory_bytes / 2**20, (t.step_time_s or 0) * 1000) for t in search
-               if t.outcome.value == outcome and t.peak_memory_bytes]
-        if pts:
-            ax.scatter(*zip(*pts), label=outcome, color=colour, s=18)
-    if capacity:
-        ax.axvline(capacity / 2**20, color="red", ls=":", label="capacity")
-    ax.set(xlabel="peak memory (MiB)", ylabel="step time (ms; 0 = none)", title="Time against memory")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(cdir.plots / "time_vs_memory.png", dpi=100)
-    plt.close(fig)
-    return ["plots/best_so_far.png", "plots/time_vs_memory.png"]
-
-
-def _describe_blocks(describe: dict[str, Any]) -> list[dict[str, Any]]:
-    """The proposer's own account (memory prices, priors, crash evidence) as tables."""
-    out: list[dict[str, Any]] = []
-    for key, value in describe.items():
-        title = key.replace("_", " ").capitalize()
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            headers = list(dict.fromkeys(k for v in value for k in v))
-            out += [{"heading": title}, table(headers, ([_cell(v.get(h)) for h in headers] for v in value))]
-        elif value not in (None, [], {}):
-            out += [{"heading": title}, {"code": json.dumps(value, indent=1, default=str)[:4000]}]
-    return out
-
-
-def _cell(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
 def _mfu_line(s: dict[str, Any]) -> str:
     basis = s["mfu_basis"]
     pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
@@ -180,27 +129,22 @@ def _mfu_line(s: dict[str, Any]) -> str:
             f"{basis['peak_flops_per_device'] / 1e12:,.0f} TFLOP/s dense bf16, from the {basis['peak_source']})")
 
 
-def _result_blocks(s: dict[str, Any], baseline: dict, verified_any: bool) -> list[dict[str, Any]]:
+def _result_blocks(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headline's figures in full: how the speedup was measured, the checks' standing."""
+    bullets = []
     if s["verified_speedup"]:
         lo, hi = s["speedup_ci"]
-        head = {"text": f"**Verified speedup {s['verified_speedup']:.2f}x** (90% CI {lo:.2f}x - {hi:.2f}x; its lower "
-                        "end is a one-sided 95% bound that holds whichever pair the sequential test stopped at), "
-                        "paired A B A B against the baseline."}
-        bullets = [f"promoted config: `{config_diff(s['promoted_config'], baseline)}`",
-                   f"branch: `{s['branch']}` (commit `{s['commit']}`)" if s["branch"] else "branch: not staged"]
-    elif verified_any:
-        head = {"text": "No candidate was promoted: none cleared verification (see below). The baseline stands."}
-        bullets = []
-    else:
-        head = {"text": "No candidate was promoted: no search trial beat the baseline by more than the practical "
-                        "margin, so none was verified. The baseline stands."}
-        bullets = []
+        bullets.append(f"**Verified speedup {s['verified_speedup']:.2f}x** (90% CI {lo:.2f}x - {hi:.2f}x; its lower "
+                       "end is a one-sided 95% bound that holds whichever pair the sequential test stopped at), "
+                       "paired A B A B against the baseline")
     bullets += result_bullets(s)
     if s.get("mfu_basis"):
         bullets.append(_mfu_line(s))
-    bullets += [f"baseline step time {fmt_s(s['baseline_step_time_s'])}, best search trial {fmt_s(s['best_step_time_s'])}",
-                f"trials by outcome: {s['trials_by_outcome']}; seconds spent on failed trials: {s['failed_trial_seconds']}"]
-    return [head, {"bullets": bullets}]
+    bullets += [f"baseline step time {fmt_s(s['baseline_step_time_s'])}, "
+                f"best search trial {fmt_s(s['best_step_time_s'])}",
+                f"trials by outcome: {outcome_counts(s['trials_by_outcome'])}; seconds spent on failed trials: "
+                f"{s['failed_trial_seconds']:,.1f}"]
+    return [{"bullets": bullets}]
 
 
 def _tolerances(doctor: dict) -> str:
@@ -214,58 +158,74 @@ def _tolerances(doctor: dict) -> str:
 def _doctor_blocks(doctor: dict | None, spec: dict, verification: dict) -> list[dict[str, Any]]:
     if not doctor:
         return [{"text": "Doctor has not finished."}]
-    bullets = [f"config: `{spec['baseline']}`",
-               f"median step time {fmt_s(doctor['step_time_s'])} over runs {[fmt_s(x) for x in doctor['run_step_times_s']]}",
+    bullets = [f"baseline config: `{fmt_config(spec['baseline'])}`",
+               f"median step time {fmt_s(doctor['step_time_s'])} over runs "
+               + ", ".join(fmt_s(x) for x in doctor["run_step_times_s"]),
                *noise_bullets(doctor, verification if verification["verdicts"] else None),
                f"start-up (launch to steady steps) {doctor.get('startup_s', 0.0):.2f} s",
                f"peak memory {fmt_bytes(doctor['peak_memory_bytes'])} (capacity {fmt_bytes(spec['device']['memory_capacity'])})",
                f"loss tolerance {_tolerances(doctor)} ({doctor['loss_tolerance_source']})",
-               "phases (median per step): " + ", ".join(f"{k} {fmt_s(v)}" for k, v in doctor["phases_s"].items())]
+               "phases (median per step): " + (", ".join(f"{k} {fmt_s(v)}" for k, v in doctor["phases_s"].items())
+                                               or "not reported by the job")]
     calibration = table(["calibration variant", "outcome", "max loss deviation"],
-                       ([c["config"], c.get("outcome", "ok"), "-" if c["deviation"] is None else f"{c['deviation']:.2e}"]
+                       ([readable(c["config"], spec["baseline"]), c.get("outcome", "ok"),
+                         "-" if c["deviation"] is None else f"{c['deviation']:.2e}"]
                         for c in doctor["calibration"]))
     return [{"bullets": bullets}, calibration]
 
 
+def _trials_table(trials: list[TrialResult], baseline: dict) -> dict[str, Any]:
+    return table(["trial", "role", "outcome", "step time", "start-up", "wall", "peak memory", "config (vs baseline)",
+                  "reason"],
+                 ([t.trial_id + (f"#{t.attempt}" if t.attempt > 1 else ""), t.role.value, t.outcome.value,
+                   fmt_s(t.step_time_s), "-" if t.startup_s is None else f"{t.startup_s:.2f} s",
+                   f"{t.wall_time_s:.1f} s", fmt_bytes(t.peak_memory_bytes), config_diff(dict(t.config), baseline),
+                   t.reason or "-"] for t in trials),
+                 [f"outcome-{t.outcome.value}" for t in trials], fold=["reason"])
+
+
 def report_context(cdir: CampaignDir) -> dict[str, Any]:
-    """What the report shows, as data: a header and a list of sections, each a list of
-    blocks (``text``, ``bullets``, ``table`` {headers, rows}, ``heading``, ``code``,
-    ``images``). Both templates render the same context, so a row added here shows in both."""
+    """What the report shows, as data: the ``headline`` (headline.headline), the
+    ``pictures`` (plots.Picture) and why any is missing, then the evidence as sections, each
+    a list of blocks (``text``, ``bullets``, ``table`` {headers, rows, row_classes},
+    ``heading``, ``details`` {summary, text}). Both templates render the same context, so a
+    row added here shows in both."""
     s = summarize(cdir)
     contract = cdir.read_json(cdir.contract)
     spec = contract["spec"]
     trials = Ledger(cdir.ledger).trials()
+    final = [t for t in trials if not t.extra.get("retried")]
     doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
     search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
+    minimize = cdir.read_json(cdir.minimize) if cdir.minimize.exists() else None
     verification = final_verification(cdir) or {"verdicts": []}
     baseline = spec["baseline"]
     hw = contract["hardware"]
     intro = (f"Workload `{spec['name']}` ({spec['backend']} backend) on {hw.get('cpu')}, {hw.get('num_cpus')} CPUs, "
              f"GPUs: {hw.get('gpus') or 'none'}. Proposer: `{search.get('proposer', spec['search']['proposer'])}`.")
+    top = campaign_headline(cdir, s, trials=trials, verification=verification, search=search)
+    pictures, missing = plots.draw(
+        cdir.plots, search=[t for t in final if t.role is Role.SEARCH], runs=final, doctor=doctor,
+        verification=verification, effects=setting_effects(search), baseline=baseline,
+        capacity_bytes=spec["device"]["memory_capacity"], margin=margin(verification),
+        contributions_rows=contribution_rows(minimize if minimize and minimize.get("winner") else None))
     costs = cost_by_outcome(trials)
     sections = [
-        {"id": "result", "title": "Result", "blocks": _result_blocks(s, baseline, bool(verification["verdicts"]))},
-        {"id": "doctor", "title": "Doctor (baseline)", "blocks": _doctor_blocks(doctor, spec, verification)},
-        {"id": "cost", "title": "Cost by outcome", "blocks": [table(
-            ["outcome", "trials", "wall s", "device s"],
-            ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items())))]},
+        {"id": "result", "title": "Result in detail", "blocks": _result_blocks(s)},
         *contribution_sections(cdir),
         {"id": "verification", "title": "Verification", "blocks": verification_blocks(verification, baseline)},
-        {"id": "trials", "title": "Trials", "blocks": [table(
-            ["trial", "role", "outcome", "step time", "start-up", "wall", "peak memory", "config (vs baseline)",
-             "reason"],
-            ([t.trial_id + (f"#{t.attempt}" if t.attempt > 1 else ""), t.role.value, t.outcome.value,
-              fmt_s(t.step_time_s), "-" if t.startup_s is None else f"{t.startup_s:.2f} s", f"{t.wall_time_s:.1f} s",
-              fmt_bytes(t.peak_memory_bytes), config_diff(dict(t.config), baseline), t.reason[:120]]
-             for t in trials))]},
+        {"id": "doctor", "title": "Doctor (baseline)", "blocks": _doctor_blocks(doctor, spec, verification)},
+        *([{"id": "learned", "title": "What the search learned, in detail",
+            "blocks": learned_blocks(search["describe"], baseline)}] if search.get("describe") else []),
+        {"id": "cost", "title": "Cost by outcome", "blocks": [table(
+            ["outcome", "trials", "wall s", "device s"],
+            ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items())),
+            [f"outcome-{k}" for k in sorted(costs)])]},
+        {"id": "trials", "title": "Trials", "blocks": [_trials_table(trials, baseline)]},
     ]
-    if search.get("describe"):
-        sections.append({"id": "learned", "title": "What the search learned",
-                         "blocks": _describe_blocks(search["describe"])})
-    plots = _plots(cdir, trials, s["baseline_step_time_s"], spec["device"]["memory_capacity"])
-    sections.append({"id": "plots", "title": "Plots", "blocks": [{"images": plots}]})
     return {"title": f"infrarsi campaign `{s['campaign_id']}`", "campaign_id": s["campaign_id"],
-            "intro": intro, "summary": s, "sections": sections}
+            "intro": intro, "summary": s, "headline": top, "pictures": pictures, "missing_pictures": missing,
+            "sections": sections}
 
 
 _INLINE = re.compile(r"\*\*(.+?)\*\*|`([^`]*)`")
