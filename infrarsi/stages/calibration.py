@@ -20,7 +20,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 from typing import Any, Callable, Sequence
+
+from scipy import stats
 
 from infrarsi.contract.checks import enforce
 from infrarsi.contract.loss_contract import ClassReference, LossContract
@@ -279,25 +283,29 @@ def inert_knobs(doctor: Any, trials: Sequence[TrialResult], margin: float) -> di
 
     Losses: no further from the reference than the baseline's own repeats are (bit-identical
     where the job is deterministic: a ``dtype`` a CPU job ignores). Speed: the variant's step
-    time inside the range of doctor's warm baseline runs, widened by the practical margin.
-    One run cannot show a speed unmoved; identical losses say the job computed the same
-    thing, and the run says it did not get measurably faster doing it. Minimization still
-    keeps such a change where the rounds show the config without it slower.
+    time inside the 95% prediction interval of one more warm baseline run (and never held
+    closer than the practical margin): one run cannot show a speed unmoved, but identical
+    losses say the job computed the same thing, and a run the baseline's own runs would have
+    produced says it did not get measurably faster doing it. Minimization still keeps such a
+    change where the rounds show the config without it slower.
     """
     by_id = {t.trial_id: t for t in trials if not t.extra.get("retried")}
     reference = tuple(doctor.reference_losses)
     repeats = [by_id[i] for i in doctor.trial_ids if i in by_id and by_id[i].outcome is Outcome.OK]
     spread = max((_loss_gap(r.losses, reference) for r in repeats), default=0.0)
-    if not reference or not doctor.run_step_times_s:
+    times = [math.log(t) for t in doctor.run_step_times_s if t and t > 0]
+    if not reference or len(times) < 2:
         return {}
-    low = min(doctor.run_step_times_s) / (1 + margin)
-    high = max(doctor.run_step_times_s) * (1 + margin)
+    half = max(stats.t.ppf(0.975, len(times) - 1) * statistics.stdev(times) * math.sqrt(1 + 1 / len(times)),
+               math.log1p(margin))
+    center = statistics.fmean(times)
     out: dict[str, Value] = {}
     for t in by_id.values():
         if t.role is not Role.CALIBRATE or t.extra.get("job_seed") is not None or t.outcome is not Outcome.OK:
             continue
         changed = {k: v for k, v in t.config.items() if doctor.baseline.get(k, False) != v}
-        if len(changed) == 1 and _loss_gap(t.losses, reference) <= spread and low <= t.step_time_s <= high:
+        if len(changed) == 1 and _loss_gap(t.losses, reference) <= spread \
+                and abs(math.log(t.step_time_s) - center) <= half:
             out.update(changed)
     return out
 
