@@ -84,7 +84,7 @@ def _evidence(call: str, low: float, high: float, *, paid: bool = False, inert: 
     change = ChangeEvidence(knob="noop", baseline_value="a", value="b", call=call, predicted=(low + high) / 2,
                             predicted_low=low, predicted_high=high)
     plan = VerificationPlan(arms=(), changes={}, margin=MARGIN)
-    return {"noop": _evidence_of(change, plan, _rounds([], []), paid, inert, MARGIN, None, True)}
+    return {("noop", "b"): _evidence_of(change, plan, _rounds([], []), paid, inert, MARGIN, None, True)}
 
 
 MARGIN = 0.01

@@ -247,6 +247,19 @@ def _call(rt: CampaignRuntime, model: Any, leader: Config, knob: str, base: Conf
                           + ("with the leader against the smaller config" if paid else "by leaving it out"))
 
 
+def _without_unpaid(rt: CampaignRuntime, arm: Arm, changes: list[ChangeEvidence], paid: set[str]) -> Arm:
+    """A runner-up verified without its numerics changes and patches that are not predicted
+    to pay: only the leader gets arms that measure them, and one not shown to pay is never
+    promoted, so the runner-up as measured could not be (where leaving one out keeps the
+    config feasible)."""
+    config = dict(arm.config)
+    for c in changes:
+        trial = {**config, c.knob: c.baseline_value}
+        if c.knob in paid and c.call != PAYS and not rt.space.violated(trial):
+            config = trial
+    return replace(arm, config=config)
+
+
 def _reverted(c: ChangeEvidence, paid: set[str]) -> bool:
     """Whether the smaller config leaves ``c`` out: evidence to drop it is in hand, or it
     is a change the user carries at a cost (numerics, a patch) not predicted to pay."""
@@ -302,6 +315,7 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
     calls = {a.key: [_call(rt, model, dict(a.config), k, base, history, margin=margin, per_step=per_step,
                            inert=inert, paid=k in paid)
                      for k in rt.space.names if a.config[k] != base[k]] for a in arms}
+    arms[1:] = [_without_unpaid(rt, a, calls[a.key], paid) for a in arms[1:]]
     leader, changes = dict(arms[0].config), calls[arms[0].key]
     names = [c.knob for c in changes]
     note = f"{len(finals)} finalist(s) of {len(candidates)} configs that beat the baseline"

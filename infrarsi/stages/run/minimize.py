@@ -202,14 +202,15 @@ def _changes(config: Mapping[str, Value], base: Mapping[str, Value]) -> int:
     return sum(1 for k, x in config.items() if base.get(k) != x)
 
 
-def _acceptable(v: Verdict, best: Verdict, runs: _Runs, base: Mapping[str, Value], evidence: Mapping[str, _Evidence],
+def _acceptable(v: Verdict, best: Verdict, runs: _Runs, base: Mapping[str, Value],
+                evidence: Mapping[tuple[str, Value], _Evidence],
                 margin: float, steps: float | None) -> str | None:
     """Why ``v``, an arm that leaves some of ``best``'s changes out, may be promoted in its
     place (None: it may not)."""
-    left_out = [k for k, x in best.config.items() if v.config.get(k) != x]
-    if any(v.config.get(k) != base.get(k) for k in left_out):  # not a subset of best's changes
+    left_out = [(k, x) for k, x in best.config.items() if v.config.get(k) != x]
+    if any(v.config.get(k) != base.get(k) for k, _ in left_out):  # not a subset of best's changes
         return None
-    if any(k not in evidence or evidence[k].measured_pays for k in left_out):
+    if any(c not in evidence or evidence[c].measured_pays for c in left_out):
         return None
     shared = runs.shared(v.arm, best.arm)  # (v's run, best's run)
     lk = _paired_look(shared, margin, steps) if len(shared) >= 2 else None
@@ -219,15 +220,15 @@ def _acceptable(v: Verdict, best: Verdict, runs: _Runs, base: Mapping[str, Value
                 f"{math.exp(lk.high):.3f}")
     if lk is not None and lk.low > 0:
         return None  # shown slower: what it leaves out pays, together
-    if not all(evidence[k].drop for k in left_out):
+    if not all(evidence[c].drop for c in left_out):
         return None
-    grounds = "; ".join(f"{k}: {evidence[k].drop}" for k in left_out)
+    grounds = "; ".join(f"{c[0]}: {evidence[c].drop}" for c in left_out)
     seen = f", and {len(shared)} shared rounds do not show it slower" if lk is not None else ""
     return f"{v.arm} leaves out only changes with grounds to drop them ({grounds}){seen}"
 
 
 def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Value],
-            evidence: Mapping[str, _Evidence], tainted: set[str], margin: float, steps: float | None
+            evidence: Mapping[tuple[str, Value], _Evidence], tainted: set[str], margin: float, steps: float | None
             ) -> tuple[Verdict | None, Verdict | None, str]:
     """(the fastest cleared arm, the promoted one, why)."""
     cleared = [v for v in verification.verdicts if v.clears and not any(v.config.get(k) is True for k in tainted)]
@@ -244,11 +245,11 @@ def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Va
     return best, chosen, why
 
 
-def _contributions(evidence: Mapping[str, _Evidence], chosen: Verdict, best: Verdict) -> list[Contribution]:
+def _contributions(evidence: list[_Evidence], chosen: Verdict, best: Verdict) -> list[Contribution]:
     """Each change's contribution with the ground it was kept or dropped on."""
     out = []
-    for k, e in evidence.items():
-        kept = chosen.config.get(k) == e.change.value
+    for e in evidence:
+        kept = chosen.config.get(e.change.knob) == e.change.value
         if kept:
             ground = Ground.NO_ARM if e.drop else e.keep
         else:
@@ -288,10 +289,14 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     base, runs, trials = full_baseline(rt, doctor), _Runs(rt, verification), rt.ledger.trials()
     paid, inert = must_pay(rt), inert_knobs(doctor, trials, margin)
     leader = plan.leader.key if plan.arms else None
-    changes = plan.changes.get(leader, ()) if leader else ()
     measure = rt.spec.budget.minimize_pairs > 0
-    evidence = {c.knob: _evidence(c, plan, runs, c.knob in paid, inert.get(c.knob) == c.value, margin, steps,
-                                  measure) for c in changes}
+    # Every finalist's changes, by (knob, value): the leader's first (its leave-one-out arms
+    # measured them), then each runner-up's, which only the time model predicts.
+    evidence: dict[tuple[str, Value], _Evidence] = {}
+    for key in sorted(plan.changes, key=lambda k: k != leader):
+        for c in plan.changes[key]:
+            evidence.setdefault((c.knob, c.value), _evidence(
+                c, plan, runs, c.knob in paid, inert.get(c.knob) == c.value, margin, steps, measure and key == leader))
     best, chosen, why = _choose(verification, runs, base, evidence, tainted_patches(trials), margin, steps)
     final = _final(verification, chosen, why) if chosen is not None else verification
     family = plan.family(chosen.arm) if chosen is not None and plan.arms else None
@@ -299,13 +304,8 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     contributions: list[Contribution] = []
     if len(family_changes) == 1:
         contributions = [_single(family_changes[0], chosen)]
-    elif family_changes and family == leader:
-        contributions = _contributions(evidence, chosen, best)
-    elif family_changes:  # a runner-up won: no arm measured its changes
-        contributions = [replace(_evidence(c, plan, runs, c.knob in paid, inert.get(c.knob) == c.value, margin,
-                                           steps, False).contribution, ground=Ground.NO_EVIDENCE,
-                                 note="a runner-up's change: only the leader's were measured")
-                         for c in family_changes]
+    elif family_changes:
+        contributions = _contributions([evidence[(c.knob, c.value)] for c in family_changes], chosen, best)
     dropped = tuple(c.knob for c in contributions if not c.kept)
     note = why if chosen is not None else "nothing was promoted: nothing to minimize"
     if len(family_changes) > 1 and not measure:
