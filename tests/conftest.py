@@ -13,6 +13,9 @@ os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", tempfile.mkdtemp(prefix="inf
 # Campaigns in tests neither read nor write an experience bank; bank tests pass a path.
 os.environ["INFRARSI_BANK"] = "off"
 
+# Prefect's console log handler binds to sys.stderr when prefect.main is imported: import it
+# here, under the session's capture, not first inside a test's capsys (closed when that ends).
+import prefect.main  # noqa: E402,F401
 import pytest  # noqa: E402
 from prefect_server import prefect_server  # noqa: E402,F401  (a session fixture: a real server on loopback)
 from staged_campaign import staged_campaigns  # noqa: E402,F401  (a session fixture: two finished sim campaigns)

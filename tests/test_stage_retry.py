@@ -15,7 +15,9 @@ from test_resume_stages import SPEC
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.options import CampaignOptions
 
-KILLED = "t0005"  # doctor runs t0001-t0003 (three repeats, no calibration): the second search trial
+# Doctor runs t0001-t0003 (three repeats, no calibration; measured afresh, not from the
+# cache an earlier run of this test filled): the second search trial.
+KILLED = "t0005"
 RETRY_SPEC = SPEC.replace('"--seed", "{seed}"]', f'"--seed", "{{seed}}", "--kill-actor-in", "{KILLED}"]')
 
 
@@ -27,7 +29,7 @@ def test_a_search_that_loses_its_actor_twice_is_retried_on_a_fresh_pool(tmp_path
     spec = tmp_path / "retry.toml"
     spec.write_text(RETRY_SPEC)
     state = campaign(CampaignOptions(spec=str(spec), out=str(tmp_path / "out"), campaign_id="c1", budget=4,
-                                     proposer="random", concurrency=1, bank="off",
+                                     proposer="random", concurrency=1, bank="off", fresh_doctor=True,
                                      tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}"), return_state=True)
     summary = state.result()
     with get_client(sync_client=True) as client:
