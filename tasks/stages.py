@@ -66,7 +66,8 @@ def _fresh_pool_after_fault(rt: CampaignRuntime) -> Iterator[None]:
         yield
     except INFRA_FAULTS as exc:
         rt.ledger.append("infrastructure_fault", {"error": str(exc)})
-        rt.cdir.add_warning("ray", f"{exc}; the stage is retried once on fresh trial slots, keeping every recorded trial")
+        rt.cdir.add_warning("ray", f"{exc}; the stage is retried once on fresh trial slots, keeping every "
+                                   "recorded trial")
         rt.drop_pool()
         raise
 

@@ -46,6 +46,11 @@ def probe(tracking_uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
     return None
 
 
+def describe(exc: BaseException) -> str:
+    """``Type: first line of the message``, short enough for a one-line warning."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+
+
 def _reason(exc: BaseException) -> str:
     """The innermost cause's message: requests wraps the socket error several times."""
     while exc.__context__ is not None and exc.__context__ is not exc:

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 from mlflow import MlflowClient
 from mlflow.entities import Metric, ViewType
 
-from infrarsi.adapters.mlflow_connect import STORE_ERRORS, bound_http_retries, probe
+from infrarsi.adapters.mlflow_connect import STORE_ERRORS, bound_http_retries, describe, probe
 from infrarsi.core.errors import InfrarsiError, UnreachableError
 from infrarsi.core.trial import TrialResult
 
@@ -111,9 +111,8 @@ def _reading(tracking_uri: str) -> Iterator[MlflowClient]:
     try:
         yield MlflowClient(tracking_uri=tracking_uri)
     except STORE_ERRORS as exc:
-        reason = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise UnreachableError(f"MLflow store {tracking_uri}: {type(exc).__name__}: {reason}; check that it answers, "
-                               "or pass the store campaigns logged to with --tracking-uri") from None
+        raise UnreachableError(f"MLflow store {tracking_uri}: {describe(exc)}; check that it answers, or pass the "
+                               "store campaigns logged to with --tracking-uri") from None
 
 
 def campaign_runs(tracking_uri: str) -> list[dict[str, Any]]:

@@ -6,8 +6,12 @@ that. An actor that dies mid-trial (its node lost, the process killed) is replac
 the trial is retried once on the fresh actor; both attempts are returned so both are
 recorded. An actor lost on the retry too, or a lost connection to Ray, is a fault of the
 infrastructure, not a result of the config: ``TrialInfrastructureError``, which the
-campaign's stage task retries on a fresh pool. A trial that spans nodes (``nodes_per_trial > 1``) runs on a placement group
-instead (``infrarsi.adapters.ray_placement``); a node lost mid-trial is retried the same way.
+campaign's stage task retries on a fresh pool. A trial that spans nodes
+(``nodes_per_trial > 1``) runs on a placement group instead
+(``infrarsi.adapters.ray_placement``); a node lost mid-trial is retried the same way.
+
+``probe_ray_address`` checks a cluster's address answers before ``ray.init`` would spend
+well over a minute retrying one that does not.
 """
 
 from __future__ import annotations

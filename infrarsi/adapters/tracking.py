@@ -10,12 +10,9 @@ campaign: a call that fails with a store, network or database error is appended 
 JSON-lines spool and replayed, in order and idempotently, by ``catch_up`` once the store
 answers again. While the spool is non-empty every new call queues behind it, and the store
 is retried at most once per ``retry_interval_s``, after a quick probe of an HTTP server
-(``adapters.mlflow_connect``), so a dead server costs one short probe per interval, not
-one request per trial. The tracker probes the server once when it is made, and MLflow's
-HTTP retries are bounded (``mlflow_connect.bound_http_retries``): an unreachable server
-at start costs seconds, not MLflow's default minutes per call. Going offline is reported
-once per outage through ``on_warning`` (the campaign shows it on the console and in the
-report).
+(``adapters.mlflow_connect``, which also bounds MLflow's own retries): a dead server costs
+one short probe when the tracker is made and one per interval, not minutes per call.
+Going offline is reported once per outage through ``on_warning`` (console and report).
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ from mlflow.utils.validation import (
 )
 
 from infrarsi.adapters.mlflow_connect import STORE_ERRORS as _STORE_ERRORS
-from infrarsi.adapters.mlflow_connect import bound_http_retries, probe
+from infrarsi.adapters.mlflow_connect import bound_http_retries, describe, probe
 from infrarsi.adapters.mlflow_runs import (
     TAG_ATTEMPT,
     TAG_CAMPAIGN_ID,
@@ -227,7 +224,7 @@ class Tracker:
         self._offline, self._warned, self._retry_after = False, False, 0.0
 
     def _went_offline(self, exc: BaseException) -> None:
-        self._offline_because(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}")
+        self._offline_because(describe(exc))
 
     def _offline_because(self, reason: str) -> None:
         self._offline = True

@@ -24,7 +24,7 @@ from mlflow import MlflowClient
 from mlflow.entities import ViewType
 from mlflow.exceptions import MlflowException
 
-from infrarsi.adapters.mlflow_connect import STORE_ERRORS, bound_http_retries, probe
+from infrarsi.adapters.mlflow_connect import STORE_ERRORS, bound_http_retries, describe, probe
 from infrarsi.adapters.mlflow_runs import default_artifact_location, quote
 from infrarsi.bank.records import CampaignRecord, record_from_json, record_to_json
 from infrarsi.core.errors import BankUnavailableError, InfrarsiError
@@ -60,9 +60,8 @@ class MlflowBank:
         try:
             return fn(*args)
         except STORE_ERRORS as exc:
-            reason = (str(exc).strip().splitlines() or [""])[0][:300]
-            raise BankUnavailableError(f"experience bank {self.location}: {type(exc).__name__}: {reason}; check that "
-                                       "the MLflow store answers, or pass another bank with --bank (or 'off')") from None
+            raise BankUnavailableError(f"experience bank {self.location}: {describe(exc)}; check that the MLflow "
+                                       "store answers, or pass another bank with --bank (or 'off')") from None
 
     def _experiment(self) -> str:
         experiment = self._client.get_experiment_by_name(EXPERIMENT)
