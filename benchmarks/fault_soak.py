@@ -12,7 +12,9 @@ round, and a short grace for processes on their way out:
   the stores of the tests that run a whole campaign (the tracker's own tests start
   campaign runs they never end, on purpose);
 - file descriptors, threads and memory of this process, against the first round (which
-  pays for imports and caches once).
+  pays for imports and caches once). Descriptors on MLflow SQLite stores are counted
+  apart: MLflow keeps one engine per store URI for the life of the process
+  (``SqlAlchemyStore._engine_map``), and every round's tests make new stores.
 
 Not part of CI: a round takes minutes. Run it at low priority on a shared machine:
 
@@ -93,6 +95,18 @@ def running_runs(basetemp: Path) -> dict[str, int]:
     return {"trial_runs_running": trial_runs, "campaign_runs_running": campaign_runs}
 
 
+def open_fds() -> dict[str, int]:
+    """This process's descriptors: on SQLite files (MLflow's cached store engines), and the rest."""
+    targets = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            targets.append(os.readlink(fd))
+        except OSError:  # closed while listed
+            continue
+    on_db = sum(t.endswith(".db") for t in targets)
+    return {"fds": len(targets) - on_db, "fds_mlflow_stores": on_db}
+
+
 def soak_round(index: int, basetemp: Path, soak_id: str, grace_s: float) -> dict:
     import pytest
 
@@ -110,7 +124,7 @@ def soak_round(index: int, basetemp: Path, soak_id: str, grace_s: float) -> dict
             "failed_tests": outcomes.failed, "leaked_processes": len(left),
             "leaked_ray_processes": sum("ray" in _name(p) for p in left),
             "leaked": [_name(p) for p in left][:10], **running_runs(basetemp),
-            "fds": me.num_fds(), "threads": me.num_threads(), "rss_mib": round(me.memory_info().rss / 2**20, 1)}
+            **open_fds(), "threads": me.num_threads(), "rss_mib": round(me.memory_info().rss / 2**20, 1)}
 
 
 def main() -> int:
@@ -133,7 +147,8 @@ def main() -> int:
             print(f"round {i:2d}: exit {r['exit_code']} passed {r['passed']} failed {r['failed']} "
                   f"({r['wall_s']:.0f} s); leaked processes {r['leaked_processes']} (Ray {r['leaked_ray_processes']}); "
                   f"RUNNING runs: trial {r['trial_runs_running']}, campaign {r['campaign_runs_running']}; "
-                  f"fds {r['fds']} threads {r['threads']} rss {r['rss_mib']} MiB", flush=True)
+                  f"fds {r['fds']} (+{r['fds_mlflow_stores']} on MLflow stores) threads {r['threads']} "
+                  f"rss {r['rss_mib']} MiB", flush=True)
             for name in r["leaked"]:
                 print(f"    left: {name}", flush=True)
     first, last = rounds[0], rounds[-1]
@@ -144,7 +159,9 @@ def main() -> int:
         "max_leaked_ray_processes": max(r["leaked_ray_processes"] for r in rounds),
         "max_trial_runs_running": max(r["trial_runs_running"] for r in rounds),
         "max_campaign_runs_running": max(r["campaign_runs_running"] for r in rounds),
-        "fds_first_last": [first["fds"], last["fds"]], "threads_first_last": [first["threads"], last["threads"]],
+        "fds_first_last": [first["fds"], last["fds"]],
+        "fds_on_mlflow_stores_first_last": [first["fds_mlflow_stores"], last["fds_mlflow_stores"]],
+        "threads_first_last": [first["threads"], last["threads"]],
         "rss_mib_first_last": [first["rss_mib"], last["rss_mib"]],
         "median_round_s": sorted(r["wall_s"] for r in rounds)[len(rounds) // 2],
     }
