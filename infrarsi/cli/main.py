@@ -253,7 +253,7 @@ def _report(args: argparse.Namespace) -> dict:
     if not (root / "contract.json").is_file():
         what = "does not exist" if not root.exists() else "is not a campaign folder (it holds no contract.json)"
         raise InfrarsiError(f"{root} {what}: pass the folder a campaign ran in, <data>/campaigns/<campaign-id> "
-                            "(or under the --out folder it was given); its path is printed before the report's")
+                            "(or under the --out folder it was given): the folder of the report path it printed")
     build_report(root)
     return summarize(CampaignDir(root))
 

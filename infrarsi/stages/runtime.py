@@ -6,9 +6,9 @@ the progress callback. Every new trial is counted against the campaign's cap
 (``infrarsi.stages.budget``) before it starts.
 
 After an infrastructure fault (``TrialInfrastructureError``: an actor lost twice, the
-connection to Ray lost) ``drop_pool`` throws the trial slots away, and with them the trials that were in
-flight and never recorded; the stage's retry builds a fresh pool and resumes from the
-ledger, so a recorded trial is neither lost nor run again.
+connection to Ray lost) ``drop_pool`` throws the trial slots away, and with them the
+trials that were in flight and never recorded; the stage's retry builds a fresh pool and
+resumes from the ledger, so a recorded trial is neither lost nor run again.
 """
 
 from __future__ import annotations
