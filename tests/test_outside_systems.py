@@ -113,6 +113,19 @@ def test_bank_commands_on_a_bank_that_does_not_answer(capsys):
         assert f"experience bank {bank}" in line and "--bank" in line
 
 
+@pytest.mark.parametrize("argv,says", [
+    (["campaign", "{tmp}/nope.toml"], "no such spec file"),
+    (["campaign", "--resume", "{tmp}"], "it is not a campaign folder"),
+    (["campaign", "--out", "{tmp}/a-file/out"], "Not a directory"),
+    (["bank", "--path", "{tmp}", "list"], "experience bank {tmp}"),
+    (["init", "-o", "{tmp}/c.toml", "--no-dry-run", "--", "python", "{tmp}/nope.py"], "not found"),
+], ids=["spec_missing", "resume_not_a_campaign", "out_under_a_file", "bank_path_a_folder", "init_script_missing"])
+def test_a_bad_folder_or_file_is_one_error_line(tmp_path, capsys, argv, says):
+    (tmp_path / "a-file").write_text("")
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert says.format(tmp=tmp_path) in error_line(capsys.readouterr().err)
+
+
 def test_bank_list_takes_json_after_the_subcommand_too(tmp_path, capsys):
     path = str(tmp_path / "bank.sqlite")
     for argv in (["bank", "--path", path, "list", "--json"], ["bank", "--path", path, "--json", "list"]):

@@ -48,7 +48,8 @@ class MlflowBank:
         problem = probe(tracking_uri)
         if problem is not None:
             raise BankUnavailableError(f"experience bank {self.location}: no MLflow server answers ({problem}); "
-                                       "start it, or pass another bank with --bank (a SQLite file, or 'off')")
+                                       "start it, or pass another bank (--bank for a campaign, --path for "
+                                       "infrarsi bank): a SQLite file, or 'off'")
         self._client = MlflowClient(tracking_uri=tracking_uri)
         self._experiment_id = self._call(self._experiment)
 
@@ -61,7 +62,8 @@ class MlflowBank:
             return fn(*args)
         except STORE_ERRORS as exc:
             raise BankUnavailableError(f"experience bank {self.location}: {describe(exc)}; check that the MLflow "
-                                       "store answers, or pass another bank with --bank (or 'off')") from None
+                                       "store answers, or pass another bank (--bank for a campaign, --path for "
+                                       "infrarsi bank; or 'off')") from None
 
     def _experiment(self) -> str:
         experiment = self._client.get_experiment_by_name(EXPERIMENT)

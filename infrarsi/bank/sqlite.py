@@ -56,7 +56,8 @@ class Bank:
                 yield db
         except (sqlite3.Error, OSError) as exc:
             raise BankUnavailableError(f"experience bank {self.path}: {type(exc).__name__}: {exc}; "
-                                       "pass another bank with --bank (a SQLite file, mlflow+URI, or 'off')") from None
+                                       "pass another bank (--bank for a campaign, --path for infrarsi bank): a SQLite file, "
+                                       "mlflow+URI, or 'off'") from None
 
     def add(self, rec: CampaignRecord) -> None:
         """Store (or replace) one campaign."""
