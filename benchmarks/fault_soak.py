@@ -107,7 +107,7 @@ def open_fds() -> dict[str, int]:
     return {"fds": len(targets) - on_db, "fds_mlflow_stores": on_db}
 
 
-def soak_round(index: int, basetemp: Path, soak_id: str, grace_s: float) -> dict:
+def soak_round(index: int, basetemp: Path, soak_id: str, grace_s: float, files: list[str]) -> dict:
     import pytest
 
     outcomes = Outcomes()
@@ -115,7 +115,7 @@ def soak_round(index: int, basetemp: Path, soak_id: str, grace_s: float) -> dict
     # -s: Prefect binds its console log handler to the stderr of its import, in round 1;
     # pytest's capture of that round closes with it.
     code = pytest.main(["-q", "-s", "-m", "fault", "-p", "no:cacheprovider", f"--basetemp={basetemp}",
-                        *FAULT_FILES], plugins=[outcomes])
+                        *files], plugins=[outcomes])
     wall_s = time.monotonic() - started
     time.sleep(grace_s)
     left = marked_processes(soak_id)
@@ -132,6 +132,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--grace-s", type=float, default=5.0, help="wait after a round before counting what is left")
     p.add_argument("--out", type=Path, help="write the rounds and the summary as JSON here")
+    p.add_argument("--files", nargs="+", default=list(FAULT_FILES),
+                   help="test files whose fault tests run (default: every file holding one), e.g. to find "
+                        "which one a growth comes from")
     args = p.parse_args()
 
     os.chdir(ROOT)
@@ -142,7 +145,7 @@ def main() -> int:
     rounds = []
     with tempfile.TemporaryDirectory(prefix="infrarsi-soak-") as tmp:
         for i in range(1, args.rounds + 1):
-            r = soak_round(i, Path(tmp) / f"round-{i}", soak_id, args.grace_s)
+            r = soak_round(i, Path(tmp) / f"round-{i}", soak_id, args.grace_s, args.files)
             rounds.append(r)
             print(f"round {i:2d}: exit {r['exit_code']} passed {r['passed']} failed {r['failed']} "
                   f"({r['wall_s']:.0f} s); leaked processes {r['leaked_processes']} (Ray {r['leaked_ray_processes']}); "
