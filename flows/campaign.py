@@ -37,7 +37,8 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(
         ray_address=opts.ray_address, tracking_uri=opts.tracking_uri, concurrency=opts.concurrency, bank=opts.bank,
         max_trials=trial_cap(contract.spec, opts.budget), parent_params={
-            "proposer": opts.proposer, "num_trials": opts.budget, "max_trials": trial_cap(contract.spec, opts.budget),
+            # the search logs num_trials, the search trials it runs, once it knows them
+            "proposer": opts.proposer, "budget": opts.budget, "max_trials": trial_cap(contract.spec, opts.budget),
             "concurrency": opts.concurrency or "auto"},
         on_result=progress.publish))
     try:

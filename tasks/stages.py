@@ -1,15 +1,35 @@
 """One Prefect task per campaign stage. Each is a few lines over ``infrarsi.stages``.
 
-Retries are for infrastructure faults only: an OOM, a crash or a contract violation is a
-trial *result* (data), never an exception, so nothing here retries a bad config. A spec
-or contract error is the user's to fix and is not retried either.
+Retries are for infrastructure faults only, raised where they happen: a trial's Ray
+actor lost again on the pool's own retry, or the connection to Ray lost
+(``TrialInfrastructureError``, from ``adapters.ray_pool``). The stages that run trials
+(doctor, search, verify) retry once; before the retry the runtime drops the broken pool
+(``CampaignRuntime.drop_pool``), so the retry runs on fresh trial slots, and it resumes
+from the ledger: every recorded trial is taken back, none is run again, and a trial that
+was in flight when the fault struck (never recorded) runs again as a new trial. An OOM, a
+crash or a contract violation is a trial *result* (data), never an exception, so nothing
+here retries a bad config. A spec or contract error, or an outside system that does not
+answer at start, is the user's to fix and is not retried either.
+
+Caching, stage by stage:
+
+- doctor: cached across campaigns (``_doctor_cache_key`` says what the key covers):
+  the same locked workload measured on the same machine gives the same baseline.
+- the verification plan: not a Prefect cache; it is written once to the campaign folder
+  (``verify_plan.json``) and read back on a retry or a resume. It depends on this
+  campaign's search history, which no other campaign shares, so a cross-campaign cache
+  key would have to cover the whole ledger.
+- init, search, verify, minimize, report, apply, bank: not cached. Their results are the
+  trials in the ledger (which is what a retry or a resume reads) or files rebuilt from
+  it; a cached return value would skip the ledger and could hand back a stale result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from typing import Any
+from typing import Any, Iterator
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -28,7 +48,7 @@ from infrarsi.stages.run.search import SearchOutcome, run_search
 from infrarsi.stages.run.verify import VerificationReport, run_verification
 from infrarsi.stages.runtime import CampaignRuntime
 
-INFRA_FAULTS = (TrialInfrastructureError, ConnectionError, TimeoutError)
+INFRA_FAULTS = (TrialInfrastructureError,)
 
 
 def retry_on_infrastructure_fault(task: Any, task_run: Any, state: Any) -> bool:
@@ -39,6 +59,19 @@ def retry_on_infrastructure_fault(task: Any, task_run: Any, state: Any) -> bool:
     except Exception:  # noqa: BLE001 - anything else is not a fault a retry can fix
         return False
     return False
+
+
+@contextlib.contextmanager
+def _fresh_pool_after_fault(rt: CampaignRuntime) -> Iterator[None]:
+    """What a fault broke, the trial pool, is rebuilt before the task's retry."""
+    try:
+        yield
+    except INFRA_FAULTS as exc:
+        rt.ledger.append("infrastructure_fault", {"error": str(exc)})
+        rt.cdir.add_warning("ray", f"{exc}; the stage is retried once on fresh trial slots, keeping every "
+                                   "recorded trial")
+        rt.drop_pool()
+        raise
 
 
 def _doctor_cache_key(context: Any, inputs: dict[str, Any]) -> str:
@@ -65,7 +98,8 @@ def init_task(options: CampaignOptions) -> tuple[Contract, CampaignDir, Campaign
 @task(name="doctor", cache_key_fn=_doctor_cache_key, persist_result=True, retries=1,
       retry_condition_fn=retry_on_infrastructure_fault)
 def doctor_task(rt: CampaignRuntime) -> DoctorReport:
-    return run_doctor(rt)
+    with _fresh_pool_after_fault(rt):
+        return run_doctor(rt)
 
 
 @task(name="adopt-doctor", cache_policy=NO_CACHE)
@@ -79,12 +113,14 @@ def adopt_doctor_task(rt: CampaignRuntime, report: DoctorReport) -> None:
 
 @task(name="search", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
 def search_task(rt: CampaignRuntime, doctor: DoctorReport, proposer: str, num_trials: int) -> SearchOutcome:
-    return run_search(rt, doctor, proposer_name=proposer, num_trials=num_trials)
+    with _fresh_pool_after_fault(rt):
+        return run_search(rt, doctor, proposer_name=proposer, num_trials=num_trials)
 
 
 @task(name="verify", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
 def verify_task(rt: CampaignRuntime, doctor: DoctorReport, search: SearchOutcome) -> VerificationReport:
-    return run_verification(rt, doctor, plan_verification(rt, doctor, search.history, search.priors))
+    with _fresh_pool_after_fault(rt):
+        return run_verification(rt, doctor, plan_verification(rt, doctor, search.history, search.priors))
 
 
 @task(name="minimize", cache_policy=NO_CACHE)
@@ -104,8 +140,9 @@ def apply_task(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifica
 
 @task(name="bank", cache_policy=NO_CACHE)
 def bank_task(rt: CampaignRuntime) -> str | None:
-    """Record the finished campaign in the experience bank (unless it is off)."""
-    from infrarsi.bank.campaign import record_campaign
-    from infrarsi.bank.store import open_bank
+    """Record the finished campaign in the experience bank (unless it is off); a bank
+    that cannot be written keeps the record pending for the next campaign and warns,
+    so a finished campaign stays finished (``infrarsi.bank.pending``)."""
+    from infrarsi.bank.pending import record_or_hold
 
-    return record_campaign(open_bank(rt.settings.bank), rt.cdir)
+    return record_or_hold(rt.settings.bank, rt.cdir)

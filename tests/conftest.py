@@ -17,6 +17,9 @@ os.environ["INFRARSI_BANK"] = "off"
 # job as a user launches it) finds this interpreter and its console scripts.
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
+# Prefect's console log handler binds to sys.stderr when prefect.main is imported: import it
+# here, under the session's capture, not first inside a test's capsys (closed when that ends).
+import prefect.main  # noqa: E402,F401
 import pytest  # noqa: E402
 from prefect_server import prefect_server  # noqa: E402,F401  (a session fixture: a real server on loopback)
 from staged_campaign import staged_campaigns  # noqa: E402,F401  (a session fixture: two finished sim campaigns)

@@ -48,6 +48,9 @@ if args.mode == "kill-actor" and not os.path.exists("actor-killed"):
     open("actor-killed", "w").close()
     os.kill(os.getppid(), 9)  # the Ray actor that launched this trial
     time.sleep(30)
+if args.mode == "kill-actor-always":  # every attempt: the pool's own retry is lost too
+    os.kill(os.getppid(), 9)
+    sys.exit(1)
 if args.mode == "silent":  # exits cleanly without a single metrics line
     sys.exit(0)
 if args.mode in ("hang", "hang-own-session"):

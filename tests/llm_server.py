@@ -7,7 +7,8 @@ changed (so a 500 answers the client's retries too), or queues several in ``queu
 (answered in order, then ``reply`` again), and reads back ``requests``: the JSON bodies
 the client sent, in order. Replies can be slow (``delay_s``, then the answer), hang past
 the client's timeout, be truncated (cut mid-answer, ``finish_reason = "length"``),
-malformed (any text), refusing, or an HTTP error.
+malformed (any text), refusing, an HTTP error, or a 200 whose body is not a chat
+completion at all (``Reply.body``: a proxy's HTML page, some other API's JSON).
 
     with running_server() as server:
         server.reply = Reply.json({"effects": []})
@@ -27,13 +28,14 @@ from typing import Any, Iterator
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 
 @dataclass(frozen=True, kw_only=True)
 class Reply:
     """What the server answers: ``content`` or ``refusal`` in a 200, an error ``status``,
-    or nothing for ``hang_s`` seconds (past the client's timeout)."""
+    ``raw_body`` as the whole 200 response, or nothing for ``hang_s`` seconds (past the
+    client's timeout)."""
 
     content: str | None = None
     refusal: str | None = None
@@ -41,6 +43,8 @@ class Reply:
     hang_s: float = 0.0
     delay_s: float = 0.0
     finish_reason: str = "stop"
+    raw_body: str | None = None
+    media_type: str = "application/json"
 
     @classmethod
     def json(cls, obj: Any) -> "Reply":
@@ -57,6 +61,11 @@ class Reply:
     @classmethod
     def error(cls, status: int = 500) -> "Reply":
         return cls(status=status)
+
+    @classmethod
+    def body(cls, text: str, media_type: str = "application/json") -> "Reply":
+        """A 200 whose whole body is ``text``: not a chat completion."""
+        return cls(raw_body=text, media_type=media_type)
 
     @classmethod
     def hang(cls, seconds: float) -> "Reply":
@@ -95,7 +104,7 @@ class ScriptedLLMServer:
         app = FastAPI()
 
         @app.post("/v1/chat/completions")
-        async def chat_completions(request: Request) -> JSONResponse:
+        async def chat_completions(request: Request) -> Response:
             body = await request.json()
             self.requests.append(body)
             reply = self.queue.pop(0) if self.queue else self.reply
@@ -106,6 +115,8 @@ class ScriptedLLMServer:
             if reply.status != 200:
                 error = {"message": "scripted server error", "type": "server_error", "code": None}
                 return JSONResponse({"error": error}, status_code=reply.status)
+            if reply.raw_body is not None:
+                return Response(reply.raw_body, media_type=reply.media_type)
             return JSONResponse(_completion(body, reply, num=len(self.requests)))
 
         return app

@@ -152,6 +152,26 @@ def test_malformed_answer_falls_back_and_keeps_the_raw_answer(server, reply, tmp
     assert record["problem"] and record["model"] == "test-model"
 
 
+@pytest.mark.fault
+@pytest.mark.parametrize("body,media_type", [
+    ('{"object": "list", "data": []}', "application/json"),  # another API's answer
+    ("<html><body>Sign in to the proxy</body></html>", "text/html"),
+    ('{"choices": []}', "application/json"),
+    ("[1, 2]", "application/json"),
+], ids=["other_api", "html", "no_choices", "not_an_object"])
+def test_a_200_that_is_not_a_chat_completion_falls_back(server, body, media_type, tmp_path):
+    server.reply = Reply.body(body, media_type)
+    priors, (warning,) = priors_or_fallback(settings_for(server), SPACE, BASELINE, fallback=BUILTIN,
+                                            log_dir=tmp_path / "llm", **DESCRIPTIONS)
+    assert priors is BUILTIN
+    assert "the answer is not a chat completion" in warning and "base_url" in warning
+    assert "using the builtin priors" in warning
+    (saved,) = (tmp_path / "llm").glob("llm-priors-*.json")
+    assert json.loads(saved.read_text())["raw_answer"] == body  # the body as it came, for the user to see
+    server.reset(Reply.body(body, media_type))
+    assert patch_or_none(settings_for(server), "task", {"m.py": "x = 1\n"}, ["*.py"])[0] is None
+
+
 def test_refusal_falls_back(server):
     server.reply = Reply.refused("I cannot estimate that.")
     priors, (warning,) = ask_priors(server)

@@ -3,7 +3,10 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 from infrarsi.adapters.ray_pool import PoolSettings, TrialPool
+from infrarsi.core.errors import TrialInfrastructureError
 from infrarsi.core.trial import Outcome, Role
 from infrarsi.harness.launcher import TrialRequest
 
@@ -36,6 +39,7 @@ def test_each_actor_is_pinned_to_its_own_gpu(ray_session, tmp_path):
     assert seen == {"0", "1"}
 
 
+@pytest.mark.fault
 def test_an_actor_that_dies_mid_trial_is_replaced_and_the_trial_retried_once(ray_session, tmp_path):
     pool = TrialPool(PoolSettings(cpus_per_trial=1, concurrency=1))
     try:
@@ -46,3 +50,16 @@ def test_an_actor_that_dies_mid_trial_is_replaced_and_the_trial_retried_once(ray
     assert attempts[0].outcome is Outcome.CRASH and attempts[0].extra["actor_died"]
     assert attempts[0].extra["retried"] is True
     assert attempts[1].outcome is Outcome.OK
+
+
+@pytest.mark.fault
+def test_an_actor_lost_on_the_retry_too_is_an_infrastructure_fault(ray_session, tmp_path):
+    pool = TrialPool(PoolSettings(cpus_per_trial=1, concurrency=1))
+    try:
+        pool.submit(_req(tmp_path, "t1", "kill-actor-always"))
+        [first] = pool.wait()  # the pool's own retry: the lost attempt, superseded
+        assert first.extra["actor_died"] and first.extra["retried"] and first.attempt == 1
+        with pytest.raises(TrialInfrastructureError, match="trial t1 lost its Ray actor 2 times"):
+            pool.wait()
+    finally:
+        pool.close()

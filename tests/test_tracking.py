@@ -141,6 +141,7 @@ def test_end_campaign_logs_summary_and_report(tmp_path: Path, store: str) -> Non
         "report.md"]
 
 
+@pytest.mark.fault
 def test_unreachable_store_spools_then_catches_up(
     tmp_path: Path, empty_db: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -173,6 +174,7 @@ def test_unreachable_store_spools_then_catches_up(
     assert {r.info.run_name: r.info.status for r in runs}["t0002"] == "FAILED"
 
 
+@pytest.mark.fault
 def test_failure_mid_call_is_replaced_not_duplicated(tmp_path: Path, store: str) -> None:
     tracker = Tracker(store, EXPERIMENT, tmp_path / "spool.jsonl", retry_interval_s=0)
     parent_id = tracker.start_campaign("c1", {}, {})
@@ -194,6 +196,7 @@ def test_failure_mid_call_is_replaced_not_duplicated(tmp_path: Path, store: str)
     assert run.data.tags["infrarsi.outcome"] == "oom"
 
 
+@pytest.mark.fault
 def test_unreachable_server_fails_fast_and_spools(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,8 +9,9 @@ Both questions use structured output (``chat.completions.parse`` with a pydantic
 Failure policy: an LLM is advice, never a dependency.
 
 - No endpoint configured: ``priors_or_fallback`` returns the built-in priors, silently.
-- No usable answer (malformed JSON or schema, a refusal, a timeout, a connection error or
-  a 5xx after the client's own retries): ``LLMUnavailableError`` from ``LLMClient``;
+- No usable answer (malformed JSON or schema, a refusal, a 200 whose body is not a chat
+  completion at all, a timeout, a connection error or a 5xx after the client's own
+  retries): ``LLMUnavailableError`` from ``LLMClient``;
   ``priors_or_fallback`` / ``patch_or_none`` turn it into the fallback plus a warning.
   The raw answer is logged, and written to ``log_dir`` (every exchange, as JSON) if given.
 - The endpoint rejects the request (bad key, unknown model, 4xx): ``LLMEndpointError``,
@@ -34,13 +35,14 @@ from typing import Any, Mapping, Sequence, TypeVar
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from infrarsi.adapters.llm_prompts import patch_messages, priors_messages, render_value
 from infrarsi.core.errors import InfrarsiError, PatchError, SpecError
 from infrarsi.core.knobs import Knob, KnobSpace, Value
 from infrarsi.core.priors import UNINFORMED_LOG_STD, Priors, SettingPrior
 
 __all__ = [
     "LLMSettings", "LLMClient", "PatchProposal", "LLMUnavailableError", "LLMEndpointError",
-    "confidence_to_log_std", "priors_or_fallback", "patch_or_none",
+    "confidence_to_log_std", "priors_or_fallback", "patch_or_none", "probe_endpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -141,7 +143,7 @@ class LLMClient:
                              workload_description: str, hardware_description: str) -> tuple[Priors, list[str]]:
         """``propose_priors`` plus the warnings about answer entries that were dropped."""
         baseline = space.validate(baseline, what="baseline")
-        messages = _priors_messages(space, baseline, workload_description, hardware_description)
+        messages = priors_messages(space, baseline, workload_description, hardware_description)
         answer = self._ask("priors", messages, PriorsAnswer)
         source = f"llm:{self.settings.model}"
         priors, warnings = _to_setting_priors(answer, space, baseline, source)
@@ -156,7 +158,7 @@ class LLMClient:
             raise PatchError("propose_patch: expected at least one file (path -> content) to show the LLM, got none")
         if not editable_scope:
             raise PatchError("propose_patch: expected a non-empty editable scope (path globs), got none")
-        return self._ask("patch", _patch_messages(task_description, files, editable_scope), PatchProposal)
+        return self._ask("patch", patch_messages(task_description, files, editable_scope), PatchProposal)
 
     def _ask(self, kind: str, messages: list[dict[str, str]], answer_type: type[AnswerT]) -> AnswerT:
         openai = _import_openai()
@@ -171,7 +173,11 @@ class LLMClient:
                 model=self.settings.model, messages=messages, response_format=answer_type,
             )
             raw_answer = response.text
+            _require_chat_completion(raw_answer)
             message = response.parse().choices[0].message
+        except _NotAChatCompletion as exc:
+            problem = (f"the answer is not a chat completion ({exc}); check that base_url is the "
+                       "OpenAI-compatible API (it usually ends in /v1)")
         except malformed as exc:
             problem = f"malformed answer ({type(exc).__name__}: {_first_line(exc)})"
         except transient as exc:
@@ -241,6 +247,44 @@ def patch_or_none(settings: LLMSettings | None, task_description: str, files: Ma
         return None, [f"{exc}; no LLM patch this round"]
 
 
+def probe_endpoint(base_url: str, timeout_s: float = 5.0) -> str | None:
+    """None if something accepts a connection at ``base_url``'s host and port within
+    ``timeout_s``, else what failed. Only reachability: whether it answers as a chat
+    model is known when it is asked."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base_url)
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+class _NotAChatCompletion(ValueError):
+    """A 200 answer whose body is not a chat completion (a proxy's page, another API)."""
+
+
+def _require_chat_completion(body: str) -> None:
+    """Raise ``_NotAChatCompletion`` unless ``body`` is a chat completion with a choice."""
+    from openai.types.chat import ChatCompletion
+
+    try:
+        completion = ChatCompletion.model_validate_json(body)
+    except pydantic.ValidationError as exc:
+        raise _NotAChatCompletion(f"{exc.error_count()} field(s) wrong, first {_first_error(exc)}; "
+                                  f"body begins {body[:80]!r}") from None
+    if not completion.choices:
+        raise _NotAChatCompletion("it holds no choices")
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    first = exc.errors()[0]
+    return f"{'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}"
+
+
 def _import_openai() -> Any:
     try:
         import openai
@@ -267,43 +311,12 @@ def _error_body(exc: Exception) -> str | None:
     return response.text if response is not None else None
 
 
-# --- priors: prompt and answer -----------------------------------------------------------
-
-_PRIORS_SYSTEM = (
-    "You are an expert in the performance of LLM training on GPU clusters. For each knob "
-    "setting listed, estimate how switching that one knob from the baseline's value to this "
-    "value (all other knobs at baseline) changes the training step time and the peak device "
-    "memory, as multipliers: 0.8 means 20% less, 1.0 no change, 1.5 50% more. Give a "
-    "confidence from 0 (a guess) to 1 (certain) and a one-sentence rationale. Answer only "
-    "for the listed settings, with knob names and values written exactly as listed."
-)
-
-
-def _render(value: Value) -> str:
-    return json.dumps(value) if isinstance(value, bool) else str(value)
-
-
-def _priors_messages(space: KnobSpace, baseline: Mapping[str, Value], workload_description: str,
-                     hardware_description: str) -> list[dict[str, str]]:
-    knob_lines = [
-        f"- {k.name}: values {', '.join(_render(v) for v in k.values)}; baseline {_render(baseline[k.name])}"
-        + (f" ({k.description})" if k.description else "")
-        for k in space.knobs
-    ]
-    settings = [f"- {k.name} = {_render(v)}" for k in space.knobs for v in k.values if v != baseline[k.name]]
-    constraints = [f"- {c.expr}" for c in space.constraints] or ["- none"]
-    user = "\n".join([
-        f"Workload: {workload_description}", f"Hardware: {hardware_description}",
-        "Knobs:", *knob_lines, "Constraints between knobs:", *constraints,
-        "Settings to estimate:", *settings,
-    ])
-    return [{"role": "system", "content": _PRIORS_SYSTEM}, {"role": "user", "content": user}]
-
+# --- priors: the answer ----------------------------------------------------------------
 
 def _match_value(knob: Knob, answer: str) -> tuple[bool, Value | None]:
     text = answer.strip().strip("'\"")
     for value in knob.values:
-        if text in (_render(value), str(value)):
+        if text in (render_value(value), str(value)):
             return True, value
     for value in knob.values:  # "0.50" for 0.5, "4.0" for 4
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -352,27 +365,3 @@ def _to_setting_priors(answer: PriorsAnswer, space: KnobSpace, baseline: Mapping
             source=source, rationale=effect.rationale,
         )
     return list(priors.values()), warnings
-
-
-# --- patches: prompt ---------------------------------------------------------------------
-
-_PATCH_SYSTEM = (
-    "You propose one code change that makes an LLM training job faster or lighter in device "
-    "memory without changing what it computes: same model, data, seed and loss trajectory "
-    "within noise. Change only files inside the editable scope. Reply with a unified diff "
-    "that `git apply -p1` accepts in the folder of the files shown (their paths as shown, with "
-    "a/ and b/ prefixes), the files it "
-    "touches, its expected effect on step time and peak memory as multipliers (0.9 = 10% "
-    "less), and the preconditions under which it is correct."
-)
-
-
-def _patch_messages(task_description: str, files: Mapping[str, str],
-                    editable_scope: Sequence[str]) -> list[dict[str, str]]:
-    shown = [f"--- {path}\n```\n{content}\n```" for path, content in files.items()]
-    user = "\n".join([
-        f"Task: {task_description}",
-        f"Editable scope (path globs): {', '.join(editable_scope)}",
-        "Files:", *shown,
-    ])
-    return [{"role": "system", "content": _PATCH_SYSTEM}, {"role": "user", "content": user}]

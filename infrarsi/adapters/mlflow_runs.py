@@ -3,14 +3,16 @@ metrics, and reading the runs back (``infrarsi compare``). ``adapters.tracking``
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, ViewType
 
-from infrarsi.core.errors import InfrarsiError
+from infrarsi.adapters.mlflow_connect import STORE_ERRORS, bound_http_retries, describe, probe
+from infrarsi.core.errors import InfrarsiError, UnreachableError
 from infrarsi.core.trial import TrialResult
 
 TAG_KIND = "infrarsi.kind"  # "campaign" on the parent run, "trial" on children
@@ -101,23 +103,40 @@ def run_record(run: Any) -> dict[str, Any]:
     return {"run_id": run.info.run_id, "run_name": run.info.run_name, "status": run.info.status,
             "start_time_ms": run.info.start_time, "params": dict(run.data.params),
             "tags": dict(run.data.tags), "metrics": dict(run.data.metrics)}
+@contextlib.contextmanager
+def _reading(tracking_uri: str) -> Iterator[MlflowClient]:
+    """A client for ``tracking_uri``; a store that does not answer is an ``UnreachableError``
+    naming it (after MLflow's bounded retries, not its default minutes)."""
+    bound_http_retries()
+    try:
+        yield MlflowClient(tracking_uri=tracking_uri)
+    except STORE_ERRORS as exc:
+        raise UnreachableError(f"MLflow store {tracking_uri}: {describe(exc)}; check that it answers, or pass the "
+                               "store campaigns logged to with --tracking-uri") from None
+
+
 def campaign_runs(tracking_uri: str) -> list[dict[str, Any]]:
     """Every campaign's parent run in the store, across experiments, oldest first: run id,
-    name, status, start time, params, tags and (latest) metrics."""
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    if not experiments:
-        return []
-    runs = client.search_runs(experiments, filter_string=f"tags.`{TAG_KIND}` = 'campaign'",
-                              order_by=["attributes.start_time ASC"], max_results=50_000)
+    name, status, start time, params, tags and (latest) metrics. A tracking server is
+    probed first, so one that does not answer fails in seconds."""
+    problem = probe(tracking_uri)
+    if problem is not None:
+        raise UnreachableError(f"no MLflow tracking server answers at {tracking_uri} ({problem}): start it, or "
+                               "pass the store campaigns logged to with --tracking-uri")
+    with _reading(tracking_uri) as client:
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        if not experiments:
+            return []
+        runs = client.search_runs(experiments, filter_string=f"tags.`{TAG_KIND}` = 'campaign'",
+                                  order_by=["attributes.start_time ASC"], max_results=50_000)
     return [run_record(r) for r in runs]
 
 
 def trial_runs(tracking_uri: str, parent_run_id: str) -> list[dict[str, Any]]:
     """The trial runs under one campaign's parent run (every attempt), as records."""
-    client = MlflowClient(tracking_uri=tracking_uri)
-    parent = client.get_run(parent_run_id)
-    runs = client.search_runs([parent.info.experiment_id],
-                              filter_string=f"tags.`{TAG_PARENT}` = '{parent_run_id}'",
-                              run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
+    with _reading(tracking_uri) as client:
+        parent = client.get_run(parent_run_id)
+        runs = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.`{TAG_PARENT}` = '{parent_run_id}'",
+                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=50_000)
     return [run_record(r) for r in runs]

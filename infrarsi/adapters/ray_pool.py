@@ -4,8 +4,14 @@ Ray's resource scheduler does the pinning: an actor that asks for ``num_gpus=g``
 with ``CUDA_VISIBLE_DEVICES`` set to its GPUs, and the trial process it launches inherits
 that. An actor that dies mid-trial (its node lost, the process killed) is replaced and
 the trial is retried once on the fresh actor; both attempts are returned so both are
-recorded. A trial that spans nodes (``nodes_per_trial > 1``) runs on a placement group
-instead (``infrarsi.adapters.ray_placement``); a node lost mid-trial is retried the same way.
+recorded. An actor lost on the retry too, or a lost connection to Ray, is a fault of the
+infrastructure, not a result of the config: ``TrialInfrastructureError``, which the
+campaign's stage task retries on a fresh pool. A trial that spans nodes
+(``nodes_per_trial > 1``) runs on a placement group instead
+(``infrarsi.adapters.ray_placement``); a node lost mid-trial is retried the same way.
+
+``probe_ray_address`` checks a cluster's address answers before ``ray.init`` would spend
+well over a minute retrying one that does not.
 """
 
 from __future__ import annotations
@@ -13,13 +19,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
+from infrarsi.core.errors import TrialInfrastructureError, UnreachableError
 from infrarsi.core.trial import Outcome, TrialResult
 from infrarsi.harness.launcher import TrialRequest
 
 MAX_ATTEMPTS = 2
+PROBE_TIMEOUT_S = 5.0
 
 
 def run_trial(req: TrialRequest) -> TrialResult:
@@ -52,15 +61,46 @@ class PoolSettings:
     node_resources: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
+def probe_ray_address(address: str | None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise ``UnreachableError`` unless something listens at ``address`` (``host:port``
+    of a cluster's GCS, or ``ray://host:port``), within ``timeout_s``. None (a private
+    local Ray) and ``auto`` (Ray looks the cluster up) are not probed."""
+    if address is None or address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise UnreachableError(f"--ray-address {address!r}: expected host:port (a Ray cluster's GCS address, "
+                               "as `ray start --head` prints it), ray://host:port, or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise UnreachableError(
+            f"no Ray cluster answers at {address} ({type(exc).__name__}: {exc}): start it (`ray start --head "
+            f"--port {port}` on {host}), or pass the address `ray status` shows there with --ray-address; "
+            "without --ray-address the campaign runs on a private local Ray") from None
+
+
 def ensure_ray(address: str | None) -> Any:
+    """Ray, initialised once: a private local Ray for None, else the cluster at ``address``.
+
+    Token authentication is Ray's own choice: a private local Ray runs without it unless
+    ``RAY_AUTH_MODE`` says otherwise (no one else can reach it), and a cluster is joined
+    with token auth only where the user set ``RAY_AUTH_MODE=token`` (with the cluster's
+    token), as ``ray.init`` does for an explicit address."""
     import ray
 
     if not ray.is_initialized():
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled" if address is None else "token")
+        if address is None:
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        probe_ray_address(address)
         # "local" always starts a private Ray: with None, Ray would join whatever cluster a
         # `ray start` on this machine last announced in /tmp/ray, someone else's included.
-        ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
-                 log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
+                     log_to_driver=False, configure_logging=False)
+        except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
+            raise UnreachableError(f"could not join the Ray cluster at {address}: {exc}; check --ray-address "
+                                   "(and RAY_AUTH_MODE / RAY_AUTH_TOKEN if the cluster uses token auth)") from None
     return ray
 
 
@@ -108,6 +148,7 @@ class TrialPool:
                 max_restarts=0), ()
         self._idle = [self._cls.remote(*self._args) for _ in range(self.num_slots)]
         self._inflight: dict[Any, tuple[Any, TrialRequest]] = {}
+        self._actors_lost: dict[str, int] = {}  # trial id -> actors lost running it
 
     def _max_cpus(self) -> float:
         return float(self.ray.cluster_resources().get("CPU", 1))
@@ -126,18 +167,32 @@ class TrialPool:
         self._inflight[actor.run.remote(req)] = (actor, req)
 
     def wait(self, timeout_s: float | None = None) -> list[TrialResult]:
-        """Results of trials that finished (at least one unless the timeout passed)."""
+        """Results of trials that finished (at least one unless the timeout passed).
+        Raises ``TrialInfrastructureError`` when a trial's retry lost its actor too, or
+        Ray itself stopped answering."""
         if not self._inflight:
             return []
-        done, _ = self.ray.wait(list(self._inflight), num_returns=1, timeout=timeout_s)
+        lost_ray = (self.ray.exceptions.RaySystemError, self.ray.exceptions.RpcError)
+        try:
+            done, _ = self.ray.wait(list(self._inflight), num_returns=1, timeout=timeout_s)
+        except lost_ray as exc:
+            raise TrialInfrastructureError(f"lost the connection to Ray while trials ran: {exc}") from exc
         out = []
         for ref in done:
             actor, req = self._inflight.pop(ref)
             try:
                 result = self.ray.get(ref)
             except self.ray.exceptions.RayActorError as exc:
+                self._actors_lost[req.trial_id] = self._actors_lost.get(req.trial_id, 0) + 1
+                if self._actors_lost[req.trial_id] >= MAX_ATTEMPTS:
+                    raise TrialInfrastructureError(
+                        f"trial {req.trial_id} lost its Ray actor {MAX_ATTEMPTS} times ({type(exc).__name__}): "
+                        "the trial slots are not trustworthy") from exc
                 out.append(self._actor_died(req, exc))
                 continue
+            except lost_ray as exc:
+                raise TrialInfrastructureError(f"lost the connection to Ray while trial {req.trial_id} "
+                                               f"ran: {exc}") from exc
             out.append(result)
             if result.extra.get("actor_died") and result.extra.get("retried"):
                 # A node of a multi-node trial was lost; its slot's actor is alive.
@@ -148,16 +203,13 @@ class TrialPool:
         return out
 
     def _actor_died(self, req: TrialRequest, exc: Exception) -> TrialResult:
+        """The lost attempt's record (superseded); the trial runs again on a fresh actor."""
         fresh = self._cls.remote(*self._args)
-        retry = req.attempt < MAX_ATTEMPTS
         record = TrialResult(trial_id=req.trial_id, config=dict(req.config), role=req.role, attempt=req.attempt,
                              outcome=Outcome.CRASH, reason=f"the Ray actor died mid-trial: {type(exc).__name__}",
-                             extra={"actor_died": True, "retried": retry})
-        if retry:
-            again = dataclasses.replace(req, attempt=req.attempt + 1)
-            self._inflight[fresh.run.remote(again)] = (fresh, again)
-        else:
-            self._idle.append(fresh)
+                             extra={"actor_died": True, "retried": True})
+        again = dataclasses.replace(req, attempt=req.attempt + 1)
+        self._inflight[fresh.run.remote(again)] = (fresh, again)
         return record
 
     def run_one(self, req: TrialRequest) -> list[TrialResult]:

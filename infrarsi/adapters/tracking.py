@@ -9,23 +9,20 @@ MLflow is for people; the ledger is the record. So an unreachable store never st
 campaign: a call that fails with a store, network or database error is appended to a
 JSON-lines spool and replayed, in order and idempotently, by ``catch_up`` once the store
 answers again. While the spool is non-empty every new call queues behind it, and the store
-is retried at most once per ``retry_interval_s`` so a dead server costs one failed request
-per interval, not one per trial. Against an HTTP server set ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``
-and ``MLFLOW_HTTP_REQUEST_TIMEOUT`` low: MLflow's default retries take minutes to give up.
+is retried at most once per ``retry_interval_s``, after a quick probe of an HTTP server
+(``adapters.mlflow_connect``, which also bounds MLflow's own retries): a dead server costs
+one short probe when the tracker is made and one per interval, not minutes per call.
+Going offline is reported once per outage through ``on_warning`` (console and report).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-import requests
-import sqlalchemy.exc
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunStatus, RunTag, ViewType
 from mlflow.exceptions import MlflowException
@@ -36,6 +33,8 @@ from mlflow.utils.validation import (
     MAX_TAG_VAL_LENGTH,
 )
 
+from infrarsi.adapters.mlflow_connect import STORE_ERRORS as _STORE_ERRORS
+from infrarsi.adapters.mlflow_connect import bound_http_retries, describe, probe
 from infrarsi.adapters.mlflow_runs import (
     TAG_ATTEMPT,
     TAG_CAMPAIGN_ID,
@@ -50,6 +49,7 @@ from infrarsi.adapters.mlflow_runs import (
     trial_params,
     trial_tags,
 )
+from infrarsi.adapters.mlflow_spool import Spool
 from infrarsi.core.errors import InfrarsiError
 from infrarsi.core.trial import TrialResult
 
@@ -57,26 +57,17 @@ __all__ = ["Tracker"]
 
 log = logging.getLogger(__name__)
 
-# What "the store is unreachable" looks like. Anything else (a TypeError, a bad argument)
-# is a bug in the caller or here and must surface, not sit in the spool forever.
-_STORE_ERRORS = (
-    MlflowException,
-    OSError,
-    requests.RequestException,
-    sqlalchemy.exc.SQLAlchemyError,
-    sqlite3.Error,
-)
-
 _END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
 class Tracker:
     """Logs one experiment's campaigns and trials to MLflow, spooling while it is down.
 
-    ``start_campaign`` creates (or, on resume, finds) the parent run; ``log_trial`` adds a
-    child run per trial attempt; ``end_campaign`` closes the parent. Every call is
-    idempotent on replay. ``artifact_location`` defaults to ``mlartifacts/`` next to a
-    SQLite database (MLflow's own default is the current directory).
+    ``start_campaign`` creates (or, on resume, finds) the parent run; ``log_params`` adds
+    params decided later (the search's trial count); ``log_trial`` adds a child run per
+    trial attempt; ``end_campaign`` closes the parent. Every call is idempotent on replay.
+    ``artifact_location`` defaults to ``mlartifacts/`` next to a SQLite database (MLflow's
+    own default is the current directory).
     """
 
     def __init__(
@@ -87,10 +78,14 @@ class Tracker:
         *,
         artifact_location: str | None = None,
         retry_interval_s: float = 30.0,
+        on_warning: Callable[[str], None] | None = None,
     ) -> None:
+        bound_http_retries()
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.spool_path = Path(spool_path)
+        self._spool = Spool(self.spool_path)
+        self.on_warning = on_warning
         self.artifact_location = artifact_location or default_artifact_location(tracking_uri)
         self.retry_interval_s = retry_interval_s
         self._lock = threading.RLock()
@@ -98,13 +93,18 @@ class Tracker:
         self._experiment_id: str | None = None
         self._parent_ids: dict[str, str] = {}
         self._campaign_id: str | None = None
+        self._offline = False  # the store failed; calls queue until it is retried and answers
         self._retry_after = 0.0  # time.monotonic() before which the store is not retried
         self._warned = False
         # Create the experiment now, from one process, before trials fan out: SQLite
         # migrations race when several processes create a fresh store at once.
         with self._lock:
+            problem = probe(tracking_uri)
             try:
-                self._experiment()
+                if problem is None:
+                    self._experiment()
+                else:
+                    self._offline_because(problem)
             except _STORE_ERRORS as exc:
                 self._went_offline(exc)
 
@@ -123,6 +123,12 @@ class Tracker:
             "params": {k: str(v) for k, v in params.items()},
             "tags": {k: str(v) for k, v in tags.items()},
         })
+
+    def log_params(self, params: Mapping[str, Any], campaign_id: str | None = None) -> None:
+        """Log params on the campaign's parent run; a key already logged keeps its value."""
+        self._submit({"op": "log_params", "time_ms": now_ms(),
+                      "campaign_id": campaign_id or self._campaign_id,
+                      "params": {k: str(v) for k, v in params.items()}})
 
     def log_trial(
         self, result: TrialResult, log_file: Path | None, campaign_id: str
@@ -165,79 +171,81 @@ class Tracker:
         Stops at the first call the store refuses and keeps it and the rest for later.
         """
         with self._lock:
-            records = self._read_spool()
+            records = self._spool.read()
             for done, record in enumerate(records):
                 try:
                     self._apply(record)
                 except _STORE_ERRORS as exc:
-                    self._write_spool(records[done:])
+                    self._spool.write(records[done:])
                     self._went_offline(exc)
                     return done
             if records:
-                self._write_spool([])
+                self._spool.write([])
                 log.info("MLflow at %s is back: replayed %d spooled calls",
                          self.tracking_uri, len(records))
-            self._warned = False
-            self._retry_after = 0.0
+                self._back_online()
             return len(records)
 
     @property
     def num_spooled(self) -> int:
-        return len(self._read_spool())
+        return len(self._spool.read())
 
     # ----------------------------------------------------------------- spooling
     def _submit(self, record: dict[str, Any]) -> Any:
         with self._lock:
-            if self._spool_nonempty() and time.monotonic() >= self._retry_after:
+            if self._offline and not self._may_retry():
+                self._spool.append(record)
+                return None
+            if self._spool.nonempty():
                 self.catch_up()
-            if self._spool_nonempty():  # keep the order: queue behind what is spooled
-                self._append_spool(record)
+            if self._spool.nonempty():  # keep the order: queue behind what is spooled
+                self._spool.append(record)
                 return None
             try:
-                return self._apply(record)
+                result = self._apply(record)
             except _STORE_ERRORS as exc:
                 self._went_offline(exc)
-                self._append_spool(record)
+                self._spool.append(record)
                 return None
+            self._back_online()
+            return result
+
+    def _may_retry(self) -> bool:
+        """Whether a store that failed may be asked again: ``retry_interval_s`` has passed
+        and (an HTTP server) it answers a quick probe; else wait another interval."""
+        if time.monotonic() < self._retry_after:
+            return False
+        if probe(self.tracking_uri) is not None:
+            self._retry_after = time.monotonic() + self.retry_interval_s
+            return False
+        return True
+
+    def _back_online(self) -> None:
+        self._offline, self._warned, self._retry_after = False, False, 0.0
 
     def _went_offline(self, exc: BaseException) -> None:
+        self._offline_because(describe(exc))
+
+    def _offline_because(self, reason: str) -> None:
+        self._offline = True
         self._retry_after = time.monotonic() + self.retry_interval_s
         if not self._warned:
             self._warned = True
-            log.warning(
-                "MLflow at %s is unreachable (%s: %s); the campaign goes on and tracking "
-                "calls are spooled to %s, to be replayed when the store answers again",
-                self.tracking_uri, type(exc).__name__, str(exc).splitlines()[0][:300],
-                self.spool_path,
-            )
-
-    def _spool_nonempty(self) -> bool:
-        try:
-            return self.spool_path.stat().st_size > 0
-        except FileNotFoundError:
-            return False
-
-    def _read_spool(self) -> list[dict[str, Any]]:
-        if not self._spool_nonempty():
-            return []
-        with self.spool_path.open() as f:
-            return [json.loads(line) for line in f if line.strip()]
-
-    def _append_spool(self, record: dict[str, Any]) -> None:
-        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.spool_path.open("a") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-
-    def _write_spool(self, records: list[dict[str, Any]]) -> None:
-        tmp = self.spool_path.with_suffix(self.spool_path.suffix + ".tmp")
-        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in records))
-        tmp.replace(self.spool_path)
+            message = (f"MLflow at {self.tracking_uri} is unreachable ({reason}); "
+                       f"the campaign goes on and its tracking calls are spooled to {self.spool_path}, "
+                       "replayed when the store answers (the ledger is the record)")
+            log.warning("%s", message)
+            if self.on_warning is not None:
+                self.on_warning(message)
 
     # ----------------------------------------------------------------- MLflow calls
     def _apply(self, record: Mapping[str, Any]) -> Any:
         op = record["op"]
         if op == "start_campaign":
             return self._apply_start(record)
+        if op == "log_params":
+            run_id = self._require_parent(record["campaign_id"])
+            return self._log_batch(run_id, params=self._new_params(run_id, record["params"]))
         if op == "log_trial":
             return self._apply_trial(record)
         if op == "end_campaign":
@@ -294,25 +302,32 @@ class Tracker:
                 tags={TAG_KIND: "campaign", TAG_CAMPAIGN_ID: campaign_id},
             )
             run_id = self._parent_ids[campaign_id] = run.info.run_id
-        else:  # a resumed campaign: params are immutable in MLflow, log only new ones
-            logged = client.get_run(run_id).data.params
-            changed = sorted(k for k in params if k in logged and logged[k] != clip(
-                params[k], MAX_PARAM_VAL_LENGTH))
-            if changed:
-                log.warning("campaign %s resumed with different params %s; MLflow keeps "
-                            "the first values", campaign_id, changed)
-            params = {k: v for k, v in params.items() if k not in logged}
+        else:  # a resumed campaign
+            params = self._new_params(run_id, params)
             client.update_run(run_id, status="RUNNING")
         self._log_batch(run_id, params=params, tags=record["tags"])
+        return run_id
+
+    def _new_params(self, run_id: str, params: Mapping[str, str]) -> dict[str, str]:
+        """The params the run does not hold yet: MLflow params are immutable, so a key
+        logged before keeps its first value (a warning says so where they differ)."""
+        logged = self._connect().get_run(run_id).data.params
+        changed = sorted(k for k in params if k in logged and logged[k] != clip(params[k], MAX_PARAM_VAL_LENGTH))
+        if changed:
+            log.warning("MLflow run %s already holds params %s with other values; MLflow keeps the first",
+                        run_id, changed)
+        return {k: v for k, v in params.items() if k not in logged}
+
+    def _require_parent(self, campaign_id: str) -> str:
+        run_id = self._parent_run_id(campaign_id)
+        if run_id is None:
+            raise InfrarsiError(f"no MLflow run for campaign {campaign_id!r}: call start_campaign first")
         return run_id
 
     def _apply_trial(self, record: Mapping[str, Any]) -> None:
         client, campaign_id = self._connect(), record["campaign_id"]
         result = TrialResult.from_json(record["result"])
-        parent_id = self._parent_run_id(campaign_id)
-        if parent_id is None:
-            raise InfrarsiError(
-                f"no MLflow run for campaign {campaign_id!r}: call start_campaign first")
+        parent_id = self._require_parent(campaign_id)
         for run in client.search_runs(
             [self._experiment()],
             filter_string=(f"tags.`{TAG_PARENT}` = '{parent_id}' and "
@@ -347,10 +362,7 @@ class Tracker:
 
     def _apply_end(self, record: Mapping[str, Any]) -> None:
         client, campaign_id = self._connect(), record["campaign_id"]
-        run_id = self._parent_run_id(campaign_id)
-        if run_id is None:
-            raise InfrarsiError(
-                f"no MLflow run for campaign {campaign_id!r}: call start_campaign first")
+        run_id = self._require_parent(campaign_id)
         metrics = [Metric(k, v, record["time_ms"], 0)
                    for k, v in record["summary_metrics"].items()]
         self._log_batch(run_id, metrics=metrics, tags=record.get("tags") or {})

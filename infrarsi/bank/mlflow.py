@@ -16,27 +16,24 @@ With the tracking module, the only modules in infrarsi that talk to MLflow.
 from __future__ import annotations
 
 import json
-import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import requests
-import sqlalchemy.exc
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
 from mlflow.exceptions import MlflowException
 
+from infrarsi.adapters.mlflow_connect import STORE_ERRORS, bound_http_retries, describe, probe
 from infrarsi.adapters.mlflow_runs import default_artifact_location, quote
 from infrarsi.bank.records import CampaignRecord, record_from_json, record_to_json
-from infrarsi.core.errors import InfrarsiError
+from infrarsi.core.errors import BankUnavailableError, InfrarsiError
 
 __all__ = ["EXPERIMENT", "MlflowBank"]
 
 EXPERIMENT = "infrarsi-bank"
 ARTIFACT = "bank_record.json"
 TAG_CAMPAIGN_ID = "infrarsi.bank.campaign_id"
-_STORE_ERRORS = (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.SQLAlchemyError, sqlite3.Error)
 _MAX_RUNS = 50_000
 
 
@@ -47,6 +44,12 @@ class MlflowBank:
         if not tracking_uri:
             raise InfrarsiError("--bank mlflow+ needs a tracking URI after it, e.g. mlflow+http://host:5000")
         self.tracking_uri = tracking_uri
+        bound_http_retries()
+        problem = probe(tracking_uri)
+        if problem is not None:
+            raise BankUnavailableError(f"experience bank {self.location}: no MLflow server answers ({problem}); "
+                                       "start it, or pass another bank (--bank for a campaign, --path for "
+                                       "infrarsi bank): a SQLite file, or 'off'")
         self._client = MlflowClient(tracking_uri=tracking_uri)
         self._experiment_id = self._call(self._experiment)
 
@@ -57,9 +60,10 @@ class MlflowBank:
     def _call(self, fn: Any, *args: Any) -> Any:
         try:
             return fn(*args)
-        except _STORE_ERRORS as exc:
-            raise InfrarsiError(f"experience bank {self.location}: {type(exc).__name__}: {exc}; check that the "
-                                "MLflow store answers, or pass another bank or 'off'") from None
+        except STORE_ERRORS as exc:
+            raise BankUnavailableError(f"experience bank {self.location}: {describe(exc)}; check that the MLflow "
+                                       "store answers, or pass another bank (--bank for a campaign, --path for "
+                                       "infrarsi bank; or 'off')") from None
 
     def _experiment(self) -> str:
         experiment = self._client.get_experiment_by_name(EXPERIMENT)

@@ -6,14 +6,15 @@ revisions; every trial and every patch decision have their own tables."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from infrarsi.bank.records import CampaignRecord, _j
-from infrarsi.core.errors import InfrarsiError
+from infrarsi.core.errors import BankUnavailableError
 from infrarsi.core.trial import TrialResult
 from infrarsi.core.workspace import data_dir
 
@@ -38,7 +39,6 @@ class Bank:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path).expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(_SCHEMA)
 
@@ -46,11 +46,18 @@ class Bank:
     def location(self) -> str:
         return str(self.path)
 
-    def _connect(self) -> sqlite3.Connection:
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """One transaction on a connection closed after it; any failure to reach the file
+        is a ``BankUnavailableError``."""
         try:
-            return sqlite3.connect(self.path, timeout=30)
-        except sqlite3.Error as exc:
-            raise InfrarsiError(f"experience bank {self.path}: {exc}; pass another path or 'off'") from None
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db, db:
+                yield db
+        except (sqlite3.Error, OSError) as exc:
+            raise BankUnavailableError(f"experience bank {self.path}: {type(exc).__name__}: {exc}; "
+                                       "pass another bank (--bank for a campaign, --path for infrarsi bank): a SQLite file, "
+                                       "mlflow+URI, or 'off'") from None
 
     def add(self, rec: CampaignRecord) -> None:
         """Store (or replace) one campaign."""

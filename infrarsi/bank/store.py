@@ -16,7 +16,9 @@ Two stores behind one interface (``BankStore``): ``add``, ``forget``, ``list``, 
 
 ``open_bank`` picks one from a setting (``--bank`` / ``INFRARSI_BANK``): ``off``, a file
 path, or ``mlflow+`` followed by an MLflow tracking URI (``mlflow+http://host:5000``,
-``mlflow+sqlite:///path/mlflow.db``).
+``mlflow+sqlite:///path/mlflow.db``). A store that cannot be reached raises
+``BankUnavailableError``: at a campaign's start that stops it (``stages.probes``); when
+the campaign ends, its record waits in ``infrarsi.bank.pending`` for the next campaign.
 
 A new campaign reads it (``infrarsi.bank.similarity``: ``nearest_records``, then ``nearest``): past campaigns weighted by
 how similar their hardware and workload are (``similarity``) give start configs (their
@@ -38,14 +40,26 @@ OFF = "off"
 MLFLOW_PREFIX = "mlflow+"  # "mlflow+<tracking URI>" selects the MLflow store
 
 
-def open_bank(setting: str | Path | None) -> BankStore | None:
-    """The bank ``setting`` names: ``"off"`` (None), ``mlflow+<tracking URI>`` (the MLflow
-    store), a SQLite path, or None for ``INFRARSI_BANK`` or else the default path."""
+def bank_location(setting: str | Path | None) -> str | None:
+    """The ``location`` of the store ``setting`` names (None: the bank is off), without
+    opening it."""
     setting = setting if setting is not None else os.environ.get("INFRARSI_BANK")
     if setting is not None and str(setting).lower() == OFF:
         return None
     if setting is not None and str(setting).startswith(MLFLOW_PREFIX):
+        return str(setting)
+    return str(Path(setting if setting is not None else default_path()).expanduser())
+
+
+def open_bank(setting: str | Path | None) -> BankStore | None:
+    """The bank ``setting`` names: ``"off"`` (None), ``mlflow+<tracking URI>`` (the MLflow
+    store), a SQLite path, or None for ``INFRARSI_BANK`` or else the default path. A store
+    that cannot be reached raises ``BankUnavailableError``."""
+    location = bank_location(setting)
+    if location is None:
+        return None
+    if location.startswith(MLFLOW_PREFIX):
         from infrarsi.bank.mlflow import MlflowBank
 
-        return MlflowBank(str(setting).removeprefix(MLFLOW_PREFIX))
-    return Bank(setting if setting is not None else default_path())
+        return MlflowBank(location.removeprefix(MLFLOW_PREFIX))
+    return Bank(location)

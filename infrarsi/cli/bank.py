@@ -15,9 +15,11 @@ def add_parser(sub: Any) -> None:
                    "else bank.sqlite in the user's data folder)")
     b.add_argument("--json", action="store_true", help="print JSON")
     bsub = b.add_subparsers(dest="bank_command", required=True)
-    bsub.add_parser("list", help="one line per recorded campaign")
+    listing = bsub.add_parser("list", help="one line per recorded campaign")
     show = bsub.add_parser("show", help="one campaign: features, best config, patches, trials")
     show.add_argument("campaign_id")
+    for p in (listing, show):  # after the subcommand too (bank list --json); SUPPRESS keeps one given before it
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     forget = bsub.add_parser("forget", help="remove a campaign from the bank")
     forget.add_argument("campaign_id")
 

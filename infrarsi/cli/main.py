@@ -1,6 +1,12 @@
 """The ``infrarsi`` command: ``campaign`` runs the Prefect flow, ``report`` rebuilds a report,
 ``compare`` puts the campaigns of an MLflow store side by side, ``bank`` lists, shows or
-forgets the experience bank's campaigns."""
+forgets the experience bank's campaigns.
+
+A bad input (a folder that is not a campaign, an address nothing answers at, a spec that
+does not validate) ends in one ``infrarsi: error:`` paragraph saying what to do, and exit
+status 2, never a traceback. Warnings a campaign raises (an LLM fallback, MLflow
+spooling, a budget cut by the cap, contaminated timings) are printed as they happen,
+above the progress bar."""
 
 from __future__ import annotations
 
@@ -46,16 +52,19 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--no-bank", action="store_true", help="neither read nor write the experience bank (--bank off)")
     i = sub.add_parser("init", help="write a starting spec from the command that launches your job",
-                       usage="infrarsi init [-o SPEC] [--no-dry-run] -- python train.py --batch_size=12 ...")
+                       usage="infrarsi init [-o SPEC] [--name NAME] [--no-dry-run] [--dry-run-timeout S] [--force] "
+                             "-- python train.py --batch_size=12 ...")
     i.add_argument("-o", "--output", default="campaign.toml", help="spec to write (default: ./campaign.toml)")
-    i.add_argument("--name", help="campaign name (default: the script's name)")
+    i.add_argument("--name", help="the spec's name, which names its campaigns and MLflow experiment "
+                                  "(default: the script's name)")
     i.add_argument("--no-dry-run", action="store_true", help="do not run the job to guess its log lines")
-    i.add_argument("--dry-run-timeout", type=float, default=120.0, help="seconds the dry run may take")
+    i.add_argument("--dry-run-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds the dry run may take before it is stopped (default: %(default)s)")
     i.add_argument("--force", action="store_true", help="overwrite an existing spec")
     i.add_argument("job", nargs=argparse.REMAINDER, help="the launch command, after --")
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
-    r.add_argument("dir")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("dir", help="the campaign folder (<data>/campaigns/<campaign-id>, or under --out)")
+    r.add_argument("--json", action="store_true", help="print the campaign's JSON summary as the last line")
     bank_cli.add_parser(sub)
     m = sub.add_parser("compare", help="compare the campaigns of an MLflow store: one table, one plot")
     m.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else the machine's "
@@ -167,10 +176,17 @@ def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int,
     from infrarsi.core import progress
 
     if no_progress:
-        return campaign(options)
+        stop_warnings = progress.subscribe_warnings(lambda source, message: print(
+            f"infrarsi: warning: {message}", file=sys.stderr, flush=True))
+        try:
+            return campaign(options)
+        finally:
+            stop_warnings()
     from tqdm import tqdm
 
     bar = tqdm(total=total or None, initial=done, unit="trial", desc="trials", file=sys.stderr, dynamic_ncols=True)
+    stop_warnings = progress.subscribe_warnings(
+        lambda source, message: tqdm.write(f"infrarsi: warning: {message}", file=sys.stderr))
 
     def on_result(result) -> None:  # called by the runtime for every recorded attempt
         if not result.extra.get("retried"):  # a re-measured trial is one trial
@@ -182,6 +198,7 @@ def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int,
         return campaign(options)
     finally:
         unsubscribe()
+        stop_warnings()
         bar.total = bar.n  # what ran: at most the cap, fewer when verification decided early
         bar.refresh()
         bar.close()
@@ -205,7 +222,7 @@ def _contribution(c: dict) -> str:
     return share + (f"; {c['ground']}" if c.get("ground") else "")
 
 
-def _print_summary(summary: dict, as_json: bool) -> None:
+def _print_summary(summary: dict, as_json: bool, *, warnings_shown: bool = False) -> None:
     if summary.get("verified_speedup"):
         lo, hi = summary["speedup_ci"]
         what = "end to end" if summary.get("end_to_end_speedup") is not None else "per step"
@@ -226,6 +243,11 @@ def _print_summary(summary: dict, as_json: bool) -> None:
     if summary.get("campaign_wall_s") is not None:
         print(f"campaign wall time {summary['campaign_wall_s']:.0f} s")
     print(f"trials by outcome {summary['trials_by_outcome']}; failed-trial seconds {summary['failed_trial_seconds']}")
+    warnings = summary.get("warnings") or []
+    if warnings and warnings_shown:
+        print(f"{len(warnings)} warning(s), printed above and listed in the report")
+    for warning in warnings if not warnings_shown else ():
+        print(f"warning: {warning}")
     print(f"report: {summary['report']}")
     if as_json:
         print(json.dumps(summary, sort_keys=True))
@@ -245,6 +267,19 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> dict:
+    from infrarsi.core.workspace import CampaignDir
+    from infrarsi.stages.report.report import build_report, summarize
+
+    root = Path(args.dir).resolve()
+    if not (root / "contract.json").is_file():
+        what = "does not exist" if not root.exists() else "is not a campaign folder (it holds no contract.json)"
+        raise InfrarsiError(f"{root} {what}: pass the folder a campaign ran in, <data>/campaigns/<campaign-id> "
+                            "(or under the --out folder it was given): the folder of the report path it printed")
+    build_report(root)
+    return summarize(CampaignDir(root))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -254,17 +289,13 @@ def main(argv: list[str] | None = None) -> int:
             return _init(args)
         if args.command == "compare":
             return _compare(args)
-        if args.command == "campaign":
-            summary = _campaign(args)
-        else:
-            from infrarsi.core.workspace import CampaignDir
-            from infrarsi.stages.report.report import build_report, summarize
-
-            build_report(args.dir)
-            summary = summarize(CampaignDir(Path(args.dir).resolve()))
+        summary = _campaign(args) if args.command == "campaign" else _report(args)
     except InfrarsiError as exc:
         print(" ".join([f"infrarsi: error: {exc}", *getattr(exc, "__notes__", [])]), file=sys.stderr)
         return 2
-    _print_summary(summary, args.json)
+    except OSError as exc:  # a folder or file given that cannot be read or written
+        print(f"infrarsi: error: {exc}", file=sys.stderr)
+        return 2
+    _print_summary(summary, args.json, warnings_shown=args.command == "campaign")
     return 0
 

@@ -23,3 +23,12 @@ class TrialInfrastructureError(InfrarsiError):
 
 class ResumeError(InfrarsiError):
     """A campaign directory cannot be resumed."""
+
+
+class UnreachableError(InfrarsiError):
+    """An outside system (Ray cluster, MLflow server, experience bank) did not answer at
+    the address given; the message names the address and the option that changes it."""
+
+
+class BankUnavailableError(UnreachableError):
+    """The experience bank could not be opened, read or written."""

@@ -30,9 +30,10 @@ class CampaignOptions(BaseModel):
 
     spec: str | None = Field(
         default=None, max_length=4096,
-        description="Campaign TOML: a path the worker can read, or a git URL with the file's path in the "
-                    "repository after '#' (e.g. https://host/team/job.git#tune/campaign.toml; '@ref' before "
-                    "'#' picks a branch or tag). Empty: the built-in GPT debug workload.")
+        description="Campaign TOML: a path the worker can read, or a git spec URL#path@ref: the repository's "
+                    "URL, then '#' and the file's path in it (default campaign.toml), then optionally '@' and a "
+                    "branch or tag (e.g. https://host/team/job.git#tune/campaign.toml@v2). Empty: the built-in GPT "
+                    "debug workload.")
     out: str | None = Field(
         default=None, max_length=4096,
         description="Folder that receives the campaign folder. Empty: 'campaigns' in the infrarsi data "
@@ -47,8 +48,11 @@ class CampaignOptions(BaseModel):
         default=None, max_length=4096,
         description="A campaign folder to finish instead of starting a new one; it keeps the options it "
                     "was started with unless given again here.")
-    ray_address: str | None = Field(default=None, max_length=512,
-                                    description="An existing Ray cluster. Empty: a private local Ray.")
+    ray_address: str | None = Field(
+        default=None, max_length=512,
+        description="An existing Ray cluster: host:port of its head (as `ray start --head` prints it), "
+                    "ray://host:port, or auto; probed at start. Token auth only with RAY_AUTH_MODE=token, as "
+                    "Ray does. Empty: a private local Ray.")
     tracking_uri: str | None = Field(
         default=None, max_length=4096,
         description="MLflow tracking URI (a file store, SQLite or a server). Empty: $MLFLOW_TRACKING_URI, "

@@ -119,12 +119,15 @@ class CampaignDir:
         return self.root / "warnings.jsonl"
 
     def add_warning(self, source: str, message: str) -> None:
-        """Append one warning (``source``: the system or stage it comes from); a message
-        already recorded is not repeated."""
+        """Append one warning (``source``: the system or stage it comes from) and tell the
+        console (``infrarsi.core.progress.warn``); a message already recorded is not repeated."""
+        from infrarsi.core import progress
+
         if any(w["message"] == message for w in self.read_warnings()):
             return
         with self.warnings.open("a") as fh:
             fh.write(json.dumps({"source": source, "message": message}) + "\n")
+        progress.warn(source, message)
 
     def read_warnings(self) -> list[dict[str, str]]:
         if not self.warnings.exists():

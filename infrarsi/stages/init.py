@@ -15,6 +15,7 @@ from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.spec_load import load_spec
 from infrarsi.core.workspace import CampaignDir, default_campaigns_dir, default_tracking_uri
 from infrarsi.harness import machine
+from infrarsi.stages.probes import probe_outside_systems
 
 BUILTIN_SPEC = Path(__file__).resolve().parents[2] / "workloads" / "gpt" / "campaign.toml"
 
@@ -98,8 +99,11 @@ def start_campaign(options: CampaignOptions) -> tuple[Contract, CampaignDir, Cam
         remembered = cdir.read_json(cdir.options) if cdir.options.exists() else {}
         resolved = options.over(remembered)
         now = resolved_options(resolved, contract.spec)
+        warnings = probe_outside_systems(contract.spec, now)
         if now != remembered:
             cdir.write_json(cdir.options, now)
+        for source, message in warnings:
+            cdir.add_warning(source, message)
         return contract, cdir, resolved.model_copy(update=now)
     out_root = Path(options.out) if options.out else default_campaigns_dir()
     spec_path, checkout = fetch_spec(options.spec, out_root)
@@ -123,8 +127,11 @@ def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | 
     cdir = CampaignDir(Path(out_root).resolve() / campaign_id)
     if cdir.contract.exists():
         raise ResumeError(f"{cdir.root} already holds a campaign; resume it with --resume {cdir.root}")
+    warnings = probe_outside_systems(spec, remembered)  # an unreachable system stops here, before the folder
     cdir.root.mkdir(parents=True, exist_ok=True)
     cdir.write_json(cdir.options, remembered)
+    for source, message in warnings:
+        cdir.add_warning(source, message)
     workdir = _workdir(spec, cdir)
     c = spec.contract
     locked = [] if spec.backend == "sim" else matching_files(workdir, c.locked)

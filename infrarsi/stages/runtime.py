@@ -4,12 +4,18 @@ Every finished trial goes through ``record`` exactly once: the ledger first (the
 truth, fsynced), then MLflow (which spools and catches up when it is unreachable), then
 the progress callback. Every new trial is counted against the campaign's cap
 (``infrarsi.stages.budget``) before it starts.
+
+After an infrastructure fault (``TrialInfrastructureError``: an actor lost twice, the
+connection to Ray lost) ``drop_pool`` throws the trial slots away, and with them the
+trials that were in flight and never recorded; the stage's retry builds a fresh pool and
+resumes from the ledger, so a recorded trial is neither lost nor run again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -23,6 +29,8 @@ from infrarsi.core.workspace import CampaignDir
 from infrarsi.harness.command import render_command
 from infrarsi.harness.launcher import TrialRequest
 from infrarsi.stages.budget import TrialBudgetExhausted, trial_cap
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -47,6 +55,9 @@ class _NoTracking:
     def log_trial(self, *args: object) -> None:
         pass
 
+    def log_params(self, *args: object) -> None:
+        pass
+
     def end_campaign(self, *args: object, **kwargs: object) -> None:
         pass
 
@@ -63,7 +74,8 @@ class CampaignRuntime:
             from infrarsi.adapters.tracking import Tracker
 
             self.tracker = Tracker(settings.tracking_uri or cdir.tracking_uri,
-                                   experiment_name=f"infrarsi-{self.spec.name}", spool_path=cdir.mlflow_spool)
+                                   experiment_name=f"infrarsi-{self.spec.name}", spool_path=cdir.mlflow_spool,
+                                   on_warning=lambda message: cdir.add_warning("mlflow", message))
         self.parent_run_id = self.tracker.start_campaign(
             contract.campaign_id, params={"spec": self.spec.name, "backend": self.spec.backend,
                                           "proposer": self.spec.search.proposer,
@@ -78,7 +90,12 @@ class CampaignRuntime:
         existing = [p.name for p in cdir.trials.glob("t[0-9]*")] + list(recorded)
         self._num_ids = max((int(n[1:]) for n in existing if n[1:].isdigit()), default=0)
         self.max_trials = settings.max_trials or trial_cap(self.spec, self.spec.budget.num_trials)
-        self._counted = recorded  # trials recorded or started: what the cap counts
+        self._counted = self._finished()  # trials finished or started here: what the cap counts
+
+    def _finished(self) -> set[str]:
+        """Trials with a final record (a trial whose attempts were all superseded, cut
+        short by a fault, is no trial: it is run again as a new one)."""
+        return {t.trial_id for t in self.ledger.trials() if not t.extra.get("retried")}
 
     @property
     def trials_left(self) -> int:
@@ -159,8 +176,13 @@ class CampaignRuntime:
         return self._loaded(result) and result.attempt <= self.spec.resources.max_remeasures
 
     def final(self, result: TrialResult) -> TrialResult:
-        """A result that is still contaminated when re-measurements run out says so."""
+        """A result that is still contaminated when re-measurements run out says so (and
+        the campaign warns, once)."""
         if self._loaded(result) and not self.needs_remeasure(result):
+            self.cdir.add_warning("measurement", (
+                f"some trials' timings stayed contaminated after {self.spec.resources.max_remeasures} "
+                "re-measurement(s): other processes loaded the machine while they ran. They are marked "
+                "contaminated in the ledger and the report; run the campaign on a quiet machine to trust them"))
             return result.replace(extra={**result.extra, "contaminated": True})
         return result
 
@@ -201,6 +223,20 @@ class CampaignRuntime:
     def fail(self, status: str = "FAILED") -> None:
         """Close the MLflow parent run of a campaign that stopped on an error."""
         self.tracker.end_campaign({}, [], status)
+
+    def drop_pool(self) -> None:
+        """Throw the trial slots away after an infrastructure fault: the next ``pool`` is
+        a fresh one, and trials that were in flight, never recorded, no longer count
+        against the cap."""
+        pool, self._pool = self._pool, None
+        self._counted = self._finished()
+        if pool is None:
+            return
+        try:
+            pool.close()
+        except Exception as exc:  # noqa: BLE001 - the slots are discarded because they broke
+            log.warning("closing the broken trial pool failed (%s: %s); its actors are abandoned",
+                        type(exc).__name__, exc)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -41,10 +41,15 @@ from infrarsi.stages.report.promotion import (
 
 
 def cost_by_outcome(trials: list[TrialResult]) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = collections.defaultdict(lambda: {"count": 0, "wall_s": 0.0, "device_s": 0.0})
+    """Per outcome: ``count``, the trials whose final attempt ended so (a re-measured trial
+    counts once); ``attempts``, every attempt that ended so; and the seconds all those
+    attempts took (``wall_s``, ``device_s``): every attempt costs."""
+    out: dict[str, dict[str, float]] = collections.defaultdict(
+        lambda: {"count": 0, "attempts": 0, "wall_s": 0.0, "device_s": 0.0})
     for t in trials:
         row = out[t.outcome.value]
-        row["count"] += 1
+        row["count"] += 0 if t.extra.get("retried") else 1
+        row["attempts"] += 1
         row["wall_s"] += t.wall_time_s
         row["device_s"] += t.device_seconds
     return dict(out)
@@ -66,11 +71,13 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "verified_speedup": promoted["speedup"] if promoted else None,
         "speedup_ci": [promoted["ci_low"], promoted["ci_high"]] if promoted else None,
         "promoted_config": promoted["config"] if promoted else None,
-        "trials_by_outcome": {k: int(v["count"]) for k, v in sorted(costs.items())},
+        "trials_by_outcome": {k: int(v["count"]) for k, v in sorted(costs.items()) if v["count"]},
+        "attempts_by_outcome": {k: int(v["attempts"]) for k, v in sorted(costs.items())},
         "failed_trial_seconds": round(sum(v["wall_s"] for k, v in costs.items() if k != "ok"), 2),
         "failed_device_seconds": round(sum(v["device_s"] for k, v in costs.items() if k != "ok"), 2),
         "num_search_trials": sum(1 for t in trials if t.role is Role.SEARCH and not t.extra.get("retried")),
-        "num_trials": len({t.trial_id for t in trials}), "trials_by_stage": trials_by_stage(trials),
+        "num_trials": sum(1 for t in trials if not t.extra.get("retried")),
+        "trials_by_stage": trials_by_stage(trials),
         "max_trials": _max_trials(cdir, contract),
         "branch": apply.get("branch"), "commit": apply.get("commit"),
         "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.get("extra", {}).get("mlflow_parent_run_id"),
@@ -218,8 +225,9 @@ def report_context(cdir: CampaignDir) -> dict[str, Any]:
         *([{"id": "learned", "title": "What the search learned, in detail",
             "blocks": learned_blocks(search["describe"], baseline)}] if search.get("describe") else []),
         {"id": "cost", "title": "Cost by outcome", "blocks": [table(
-            ["outcome", "trials", "wall s", "device s"],
-            ([k, int(v["count"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"] for k, v in sorted(costs.items())),
+            ["outcome", "trials", "attempts", "wall s", "device s"],
+            ([k, int(v["count"]), int(v["attempts"]), f"{v['wall_s']:.1f}", f"{v['device_s']:.1f}"]
+             for k, v in sorted(costs.items())),
             [f"outcome-{k}" for k in sorted(costs)])]},
         {"id": "trials", "title": "Trials", "blocks": [_trials_table(trials, baseline)]},
     ]

@@ -91,6 +91,7 @@ def patch_round(rt: CampaignRuntime, doctor: DoctorReport, trials: list[TrialRes
         candidates, problems = source.propose(ctx, refused | {p.name for p in contract_patches(rt.contract)})
         for problem in problems:  # no candidate at all: a malformed or missing answer
             rt.ledger.append("patch_refused", {**problem, "why_asked": why})
+            rt.cdir.add_warning(source.name, f"patch round ({why}): {problem['reason']}; no patch from it this round")
             refused.add(problem["name"])
         for patch in candidates:
             verdict = gate(patch, rt.contract, contract_patches(rt.contract), refused)

@@ -25,7 +25,7 @@ from infrarsi.core.knobs import Config
 from infrarsi.core.priors import Priors
 from infrarsi.core.trial import Role, TrialResult
 from infrarsi.proposers import Proposer, SearchContext, make_proposer
-from infrarsi.stages.budget import search_trials
+from infrarsi.stages.budget import search_trials, verification_reserve
 from infrarsi.stages.doctor import DoctorReport, baseline_observation
 from infrarsi.stages.runtime import CampaignRuntime
 
@@ -41,7 +41,8 @@ class SearchOutcome:
 
 def search_priors(rt: CampaignRuntime) -> Any:
     """Built-in priors, under the LLM's where the spec names an endpoint. Every fallback
-    and dropped answer is a ledger event, so nothing the LLM said is lost. The LLM's
+    and dropped answer is a ledger event, so nothing the LLM said is lost, and a campaign
+    warning (console and report). The LLM's
     answer is stored with the campaign (``priors.json``): a resumed campaign uses it and
     does not ask again."""
     from infrarsi.adapters.llm import LLMSettings, priors_or_fallback
@@ -59,6 +60,8 @@ def search_priors(rt: CampaignRuntime) -> Any:
     if settings is not None:
         rt.ledger.append("priors", {"source": priors.source, "warnings": warnings})
         rt.cdir.write_json(rt.cdir.priors, priors_to_json(priors))
+        for warning in warnings:
+            rt.cdir.add_warning("llm", warning)
     return priors
 
 
@@ -131,7 +134,7 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
         priors = bank_priors.merged_over(priors) if isinstance(priors, Priors) else bank_priors
     observed = contract_seed_history(rt, doctor)  # what the proposer has seen, in order
     doctor_used = sum(1 for r in observed if r.role is not Role.SEARCH and r.trial_id != "doctor")
-    num_trials = search_trials(rt.spec, num_trials, doctor_used, rt.max_trials)
+    num_trials = _search_share(rt, num_trials, doctor_used)
 
     def rebuilt(old: Proposer | None = None) -> Proposer:  # over the current space, the history replayed
         p = build_proposer(rt, proposer_name, priors, experience)
@@ -187,6 +190,20 @@ def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str,
     rt.cdir.write_json(rt.cdir.search, {"proposer": proposer_name, "describe": outcome.describe,
                                         "num_trials": len(done), "budget": num_trials})
     return outcome
+
+
+def _search_share(rt: CampaignRuntime, asked: int, doctor_used: int) -> int:
+    """The search trials the cap leaves of the ``asked`` ones, logged on the MLflow parent
+    run; a warning says so when the cap cuts them."""
+    share = search_trials(rt.spec, asked, doctor_used, rt.max_trials)
+    rt.tracker.log_params({"num_trials": share}, rt.contract.campaign_id)
+    if share < asked:
+        reserve = verification_reserve(rt.spec)
+        rt.cdir.add_warning("budget", (
+            f"the search runs {share} of the {asked} trials asked (--budget or budget.num_trials): the campaign's "
+            f"cap, {rt.max_trials} trials (budget.max_trials), holds doctor's {doctor_used} and verification's "
+            f"reserve of {reserve}; raise budget.max_trials to {doctor_used + asked + reserve} to run them all"))
+    return share
 
 
 def search_experience(rt: CampaignRuntime) -> tuple[tuple[Config, ...], Any]:
