@@ -56,8 +56,10 @@ def render_command(spec: "CampaignSpec", space: KnobSpace, config: Config, *, se
             argv.append(token.format(**values))
     env = dict(spec.env)
     for knob in space.knobs:
+        if knob.placeholder or (knob.flag is None and knob.env is None):
+            continue  # in the command already, or read by the backend (a patch, a simulated knob)
         value = config[knob.name]
-        if knob.placeholder or value == spec.baseline.get(knob.name, value):
+        if value == spec.baseline.get(knob.name, value):
             continue
         if knob.flag is not None:
             argv += flag_args(knob, value)
