@@ -403,6 +403,14 @@ def _cpu_table(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
+def _head() -> str:
+    """This tree's commit, marked ``+changes`` where its files differ from it."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+    return head + ("+changes" if dirty.strip() else "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("parts", nargs="+", choices=["rule", "sim", "cpu", "render", "worker"],
@@ -436,16 +444,17 @@ def main() -> int:
             if part in ("sim", "cpu") and part in results:  # rows of a protocol not run again are kept
                 rows = [r for r in results[part]["rows"] if r["protocol"] not in args.protocols] + rows
             results[part] = {"rows": rows, "wall_s": round(time.perf_counter() - t0, 1), "command": command,
-                             "before": args.before}
+                             "before": args.before, "after": _head()}
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
     lines = ["# Campaign cost: the protocol before and after, side by side", "",
-             "*before*: the code at the commit each part names; *after*: this tree. Written by "
+             "*before* and *after*: the code at the commits each part names. Written by "
              "`benchmarks/campaign_cost.py` (each part's command and wall time below).", ""]
     for part, table in (("rule", _rule_table), ("sim", _sim_table), ("cpu", _cpu_table)):
         if part in results:
             lines += table(results[part]["rows"])
-            lines += [f"*before* = `{results[part].get('before', BEFORE_COMMIT)}`. "
+            lines += [f"*before* = `{results[part].get('before', BEFORE_COMMIT)}`, "
+                      f"*after* = `{results[part].get('after', 'this tree')}`. "
                       f"`{results[part]['command']}`: {results[part]['wall_s']:.0f} s."
                       + "".join(f" Rows of a protocol it did not run come from an earlier `{c}`."
                                 for c in sorted({r.get("command") for r in results[part]["rows"]}
