@@ -57,6 +57,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE_COMMIT = "f443a5e"  # the noise floor as the bar; minimization on absence of evidence
 PROTOCOLS = ("before", "after")
+SIM_KINDS = ("plain", "tuned", "planted-changes", "planted-keeps")
 RUN_CVS = [0.003, 0.01, 0.035, 0.15]
 BEFORE_PAIRS, BEFORE_DOCTOR_RUNS = 7, 5  # BEFORE_COMMIT's budget.verify_pairs and doctor's runs
 SPEEDUPS = [1.0, 1.15, 1.3, 1.5, 2.0, 3.0]
@@ -225,7 +226,8 @@ def _codes(protocols: list[str], tmp: Path, before: str) -> dict[str, str]:
     return {p: str(_before_tree(tmp / "before", before)) if p == "before" else str(ROOT) for p in protocols}
 
 
-def sim_part(seeds: int, workers: int, protocols: list[str], tmp: Path, before: str) -> list[dict]:
+def sim_part(seeds: int, workers: int, protocols: list[str], tmp: Path, before: str,
+             kinds: tuple[str, ...] = SIM_KINDS) -> list[dict]:
     sys.path.insert(0, str(ROOT))
     from infrarsi.sim.oracle import oracle
     from infrarsi.sim.workloads import workload
@@ -233,7 +235,7 @@ def sim_part(seeds: int, workers: int, protocols: list[str], tmp: Path, before: 
     codes = _codes(protocols, tmp, before)
     jobs = []
     for name in SIM_WORKLOADS:
-        for kind in ("plain", "tuned", "planted-changes", "planted-keeps"):
+        for kind in kinds:
             for noise in SIM_NOISE:
                 for seed in range(seeds):
                     spec = _sim_spec(tmp, name, kind, seed)
@@ -353,7 +355,7 @@ def _sim_table(rows: list[dict]) -> list[str]:
            "false promotion | promoted | fraction of the oracle | planted kept |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for noise in sorted({r["noise"] for r in rows}):
-        for kind in ("plain", "tuned", "planted-changes", "planted-keeps"):
+        for kind in SIM_KINDS:
             for protocol in PROTOCOLS:
                 mine = [r for r in rows if r["noise"] == noise and r["protocol"] == protocol and r["jobs"] == kind]
                 if not mine:
@@ -403,6 +405,16 @@ def _cpu_table(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
+def _after_code(part: dict) -> str:
+    """The commits the part's *after* rows ran on (and, for the simulated part, which jobs)."""
+    kinds: dict[str, set[str]] = collections.defaultdict(set)
+    for r in part["rows"]:
+        if r["protocol"] == "after":
+            kinds[r.get("code", part.get("after", "this tree"))].add(r.get("jobs", ""))
+    return ", ".join(f"`{code}`" + (f" ({', '.join(sorted(k))})" if len(kinds) > 1 and any(k) else "")
+                     for code, k in sorted(kinds.items()))
+
+
 def _head() -> str:
     """This tree's commit, marked ``+changes`` where its files differ from it."""
     git = ["git", "-C", str(ROOT)]
@@ -417,6 +429,8 @@ def main() -> int:
                     help="render: rewrite results.md from results.json, running nothing")
     ap.add_argument("--seeds", type=int, default=2, help="sim: campaigns per workload, job kind and noise level")
     ap.add_argument("--workers", type=int, default=2, help="sim: campaigns at once")
+    ap.add_argument("--kinds", nargs="+", default=list(SIM_KINDS), choices=SIM_KINDS,
+                    help="sim: the jobs to run (rows of other kinds are kept from the last run)")
     ap.add_argument("--repeats", type=int, default=2000, help="rule: simulated verifications per cell")
     ap.add_argument("--cpu-runs", type=int, default=3)
     ap.add_argument("--protocols", nargs="+", default=list(PROTOCOLS), choices=PROTOCOLS)
@@ -438,13 +452,16 @@ def main() -> int:
         for part in (p for p in args.parts if p != "render"):
             t0 = time.perf_counter()
             rows = (rule_part(args.repeats) if part == "rule"
-                    else sim_part(args.seeds, args.workers, args.protocols, Path(tmp), args.before)
+                    else sim_part(args.seeds, args.workers, args.protocols, Path(tmp), args.before, tuple(args.kinds))
                     if part == "sim" else cpu_part(args.cpu_runs, args.protocols, Path(tmp), args.before, args.keep))
-            rows = [{**r, "command": command} for r in rows]  # each row says which run made it
+            head = _head()
+            # each row says which run made it, and on which code
+            rows = [{**r, "command": command, "code": head if r["protocol"] == "after" else args.before} for r in rows]
             if part in ("sim", "cpu") and part in results:  # rows of a protocol not run again are kept
-                rows = [r for r in results[part]["rows"] if r["protocol"] not in args.protocols] + rows
+                rows = [r for r in results[part]["rows"] if r["protocol"] not in args.protocols
+                        or (part == "sim" and r["jobs"] not in args.kinds)] + rows
             results[part] = {"rows": rows, "wall_s": round(time.perf_counter() - t0, 1), "command": command,
-                             "before": args.before, "after": _head()}
+                             "before": args.before, "after": head}
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
     lines = ["# Campaign cost: the protocol before and after, side by side", "",
@@ -453,8 +470,7 @@ def main() -> int:
     for part, table in (("rule", _rule_table), ("sim", _sim_table), ("cpu", _cpu_table)):
         if part in results:
             lines += table(results[part]["rows"])
-            lines += [f"*before* = `{results[part].get('before', BEFORE_COMMIT)}`, "
-                      f"*after* = `{results[part].get('after', 'this tree')}`. "
+            lines += [f"*before* = `{results[part].get('before', BEFORE_COMMIT)}`, *after* = {_after_code(results[part])}. "
                       f"`{results[part]['command']}`: {results[part]['wall_s']:.0f} s."
                       + "".join(f" Rows of a protocol it did not run come from an earlier `{c}`."
                                 for c in sorted({r.get("command") for r in results[part]["rows"]}
