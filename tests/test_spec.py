@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import SpecError
-from infrarsi.core.spec_load import load_spec
 from infrarsi.stages.init import builtin_spec_path
 
 BUILTIN = tomllib.loads(builtin_spec_path().read_text())

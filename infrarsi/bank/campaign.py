@@ -8,13 +8,15 @@ from typing import Any
 
 from infrarsi.bank.records import BankStore, CampaignRecord
 from infrarsi.bank.similarity import Experience, nearest, nearest_records
+from infrarsi.bank.store import open_bank
 from infrarsi.contract.freeze import Contract
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
-from infrarsi.stages.report.promotion import final_verification, promoted_verdict
+from infrarsi.record.campaign import final_verification, promoted_verdict
 
-__all__ = ["campaign_features", "campaign_record", "experience_for", "record_campaign", "sim_features"]
+__all__ = ["campaign_experience", "campaign_features", "campaign_record", "experience_for", "record_campaign",
+           "sim_features"]
 
 
 def sim_features(workload_name: str) -> tuple[dict, dict]:
@@ -52,6 +54,21 @@ def experience_for(bank: BankStore, rt: Any) -> Experience:
     past = nearest_records(bank, hardware=hw, workload=wl, exclude=rt.contract.campaign_id)
     return nearest(past, hardware=hw, workload=wl, space=rt.space,
                    baseline=rt.space.validate(rt.spec.baseline), exclude=rt.contract.campaign_id)
+
+
+def campaign_experience(setting: str | None, rt: Any) -> Experience | None:
+    """Start configs and priors from the nearest past campaigns of the bank ``setting``
+    names (None when the bank is off), for the campaign of runtime ``rt``; what was read is
+    a ledger event."""
+    store = open_bank(setting)
+    if store is None:
+        return None
+    found = experience_for(store, rt)
+    if found.used:
+        rt.ledger.append("experience", {"bank": store.location, "campaigns": list(found.used),
+                                        "configs": [dict(c) for c in found.configs],
+                                        "num_priors": len(found.priors.settings) if found.priors else 0})
+    return found
 
 
 def _patch_effects(trials: list[TrialResult], knob: str) -> float | None:

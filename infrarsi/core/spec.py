@@ -2,7 +2,7 @@
 
 Everything a campaign needs to know about the job it tunes lives here: how to launch it,
 which knobs exist and how each reaches the job, the baseline config, the contract, the
-device capacity, the budget and the resources per trial. ``core.spec_load`` reads a file
+device capacity, the budget and the resources per trial. ``contract.spec_load`` reads a file
 into it and turns every problem into one ``SpecError`` that names the field, what was
 expected and what was found.
 """

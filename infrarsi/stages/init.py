@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi.contract.freeze import Contract
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import ResumeError, SpecError
 from infrarsi.core.files import hash_files, matching_files
 from infrarsi.core.options import CampaignOptions
 from infrarsi.core.spec import CampaignSpec
-from infrarsi.core.spec_load import load_spec
 from infrarsi.core.workspace import CampaignDir, default_campaigns_dir, default_tracking_uri
 from infrarsi.harness import machine
 from infrarsi.stages.probes import probe_outside_systems
@@ -76,7 +76,7 @@ def resolved_options(options: CampaignOptions, spec: CampaignSpec) -> dict:
     """What the campaign folder remembers: the proposer and budget actually used, the
     MLflow store actually logged to, and the other overrides given."""
     from infrarsi.proposers import proposer_names
-    from infrarsi.stages.budget import check_cap
+    from infrarsi.stages.run.reserve import check_cap
 
     proposer = options.proposer or spec.search.proposer
     if proposer not in proposer_names():

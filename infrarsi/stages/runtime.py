@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from infrarsi.adapters.ray_pool import PoolSettings, TrialPool
+from infrarsi.adapters.ray_pool import PoolSettings, TrialPool, run_trial
 from infrarsi.contract.freeze import Contract
 from infrarsi.core.knobs import Config
 from infrarsi.core.ledger import Ledger
@@ -107,7 +107,7 @@ class CampaignRuntime:
         if self._pool is None and self.settings.in_process:
             from infrarsi.harness.inprocess_pool import InProcessPool
 
-            self._pool = InProcessPool()
+            self._pool = InProcessPool(run_trial)
         if self._pool is None:
             res = self.spec.resources
             self._pool = TrialPool(PoolSettings(address=self.settings.ray_address,
