@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).parent / "adversarial"))
 from adversarial_cheats import SCOPE_CHEATS, TRAIN_CHEATS, edited, replay_cheat  # noqa: E402
 from tiny_gpt import GPT_DIR  # noqa: E402
 
-from infrarsi.adapters.ray_pool import run_trial  # noqa: E402
 from infrarsi.bank.campaign import campaign_experience, record_campaign  # noqa: E402
 from infrarsi.bank.sqlite import Bank  # noqa: E402
 from infrarsi.contract.checks import enforce  # noqa: E402
@@ -209,7 +208,7 @@ def test_a_stall_round_runs_with_two_slots_once_the_trials_in_flight_are_in(tmp_
                     '[budget]\nnum_trials = 12\n[search]\nproposer = "random"\n')
     contract, cdir = init_campaign(spec, tmp_path / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", bank="off"))
-    rt._pool = TwoSlotPool(run_trial)  # the simulator's trials, as the runtime's own pool runs them
+    rt._pool = TwoSlotPool(rt.backend.run_trial)  # the simulator's trials, as the runtime's own pool runs them
     run_search(rt, run_doctor(rt), proposer_name="random", num_trials=12)
     assert [e["why"] for e in events(rt, "patch_round")] == ["after doctor", "search stalled"]
     # the search trials recorded between the two rounds, and after the second

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from infrarsi.contract.numerics import changing_knobs, class_of, feasible_classes
+from infrarsi.contract.numerics import campaign_changing_knobs, class_of, feasible_classes
 from infrarsi.core.errors import InfrarsiError
 from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.trial import Role, TrialResult
@@ -31,7 +31,7 @@ class TrialBudgetExhausted(InfrarsiError):
 def classes_and_splits(spec: CampaignSpec) -> tuple[int, int, int]:
     """(numerics classes other than the baseline's, honest splits in the baseline's numerics,
     those of them doctor adds itself where the calibration has none: ``added_splits``)."""
-    knobs = () if spec.backend == "sim" else changing_knobs(spec.knobs)
+    knobs = campaign_changing_knobs(spec)
     baseline = spec.space.validate(spec.baseline)
     others = len([c for c in feasible_classes(spec.space, baseline, knobs) if c])
     splits = sum(1 for v in spec.calibration if not class_of({**baseline, **v}, baseline, knobs))

@@ -7,6 +7,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrarsi.backends import backend_of
 from infrarsi.contract.freeze import Contract
 from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import ResumeError, SpecError
@@ -36,7 +37,7 @@ def _workdir(spec: CampaignSpec, cdir: CampaignDir) -> Path:
     when there is none."""
     from infrarsi.adapters.git_branch import repository_root, snapshot
 
-    if spec.backend == "sim":  # no code: the repository only carries the promoted config
+    if not backend_of(spec).runs_code:  # the repository only carries the promoted config
         cdir.snapshot.mkdir(parents=True, exist_ok=True)
         (cdir.snapshot / "README.md").write_text(f"Simulated workload {spec.sim_workload}.\n")
         return snapshot(cdir.snapshot, cdir.root / "sim-repo")
@@ -133,11 +134,11 @@ def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | 
     for source, message in warnings:
         cdir.add_warning(source, message)
     workdir = _workdir(spec, cdir)
-    c = spec.contract
-    locked = [] if spec.backend == "sim" else matching_files(workdir, c.locked)
-    editable = [] if spec.backend == "sim" else [p for p in matching_files(workdir, c.editable) if p not in locked]
+    c, code = spec.contract, backend_of(spec).runs_code
+    locked = matching_files(workdir, c.locked) if code else []
+    editable = [p for p in matching_files(workdir, c.editable) if p not in locked] if code else []
     fp = machine.fingerprint()
-    extra: dict = {"sim_workload": spec.sim_workload} if spec.backend == "sim" else {}
+    extra: dict = {}
     if spec.patches:
         extra["patches"], conflicts = _gated_patches(spec, spec_path, workdir, locked)
         # Patches that do not apply together are never switched on together.
