@@ -163,6 +163,7 @@ def write_spec(data: dict, path: Path) -> Path:
 
 def run_campaign(spec_path: Path, out_root: Path, *, proposer: str, budget: int):
     """init, doctor, search, verification, minimization and the summary, Ray-free and MLflow-free."""
+    from infrarsi.bank.campaign import campaign_experience
     from infrarsi.stages.doctor import run_doctor
     from infrarsi.stages.init import init_campaign
     from infrarsi.stages.run.evidence import plan_verification
@@ -175,7 +176,8 @@ def run_campaign(spec_path: Path, out_root: Path, *, proposer: str, budget: int)
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
     try:
         doctor = run_doctor(rt)
-        search = run_search(rt, doctor, proposer_name=proposer, num_trials=budget)
+        search = run_search(rt, doctor, proposer_name=proposer, num_trials=budget,
+                            experience=campaign_experience(rt.settings.bank, rt))
         verification = run_verification(rt, doctor, plan_verification(rt, doctor, search.history, search.priors))
         run_minimize(rt, doctor, verification)
     finally:
@@ -217,7 +219,7 @@ def findings(cdir, doctor, probe) -> dict:
     """What the check prints, from the campaign folder."""
     from infrarsi.core.ledger import Ledger
     from infrarsi.core.trial import Outcome
-    from infrarsi.stages.report.promotion import final_verification
+    from infrarsi.record.campaign import final_verification
     from infrarsi.stages.report.report import summarize
 
     summary = summarize(cdir)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infrarsi.bank.campaign import sim_features  # noqa: E402
+from infrarsi.backends.backend import sim_features  # noqa: E402
 from infrarsi.bank.records import CampaignRecord  # noqa: E402
 from infrarsi.bank.similarity import nearest  # noqa: E402
 from infrarsi.bank.sqlite import Bank  # noqa: E402

@@ -11,6 +11,7 @@ from infrarsi.core.options import CampaignOptions
 from infrarsi.harness.process_guard import guard_campaign
 from infrarsi.stages.budget import trial_cap
 from infrarsi.stages.report.report import campaign_metrics, summarize
+from infrarsi.stages.run import patching
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 from tasks.publish import name_flow_run, publish_task
 from tasks.stages import (
@@ -18,6 +19,7 @@ from tasks.stages import (
     apply_task,
     bank_task,
     doctor_task,
+    experience_task,
     init_task,
     minimize_task,
     report_task,
@@ -42,9 +44,10 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
             "concurrency": opts.concurrency or "auto"},
         on_result=progress.publish))
     try:
+        patching.restore(rt)  # a resumed campaign's patch knobs, before any stage runs
         doctor = doctor_task.with_options(refresh_cache=opts.fresh_doctor or None)(rt)
         adopt_doctor_task(rt, doctor)
-        search = search_task(rt, doctor, opts.proposer, opts.budget)
+        search = search_task(rt, doctor, opts.proposer, opts.budget, experience_task(rt))
         verification = minimize_task(rt, doctor, verify_task(rt, doctor, search))
         report_task(cdir)
         apply_task(rt, doctor, verification)

@@ -19,7 +19,7 @@ Caching, stage by stage:
   (``verify_plan.json``) and read back on a retry or a resume. It depends on this
   campaign's search history, which no other campaign shares, so a cross-campaign cache
   key would have to cover the whole ledger.
-- init, search, verify, minimize, report, apply, bank: not cached. Their results are the
+- init, experience, search, verify, minimize, report, apply, bank: not cached. Their results are the
   trials in the ledger (which is what a retry or a resume reads) or files rebuilt from
   it; a cached return value would skip the ledger and could hand back a stale result.
 """
@@ -34,6 +34,7 @@ from typing import Any, Iterator
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from infrarsi.bank.similarity import Experience
 from infrarsi.contract.freeze import Contract
 from infrarsi.core.errors import TrialInfrastructureError
 from infrarsi.core.options import CampaignOptions
@@ -111,10 +112,19 @@ def adopt_doctor_task(rt: CampaignRuntime, report: DoctorReport) -> None:
             rt.tracker.log_trial(r, None, rt.contract.campaign_id)
 
 
+@task(name="experience", cache_policy=NO_CACHE)
+def experience_task(rt: CampaignRuntime) -> Experience | None:
+    """What the experience bank's nearest past campaigns offer the search (None: bank off)."""
+    from infrarsi.bank.campaign import campaign_experience
+
+    return campaign_experience(rt.settings.bank, rt)
+
+
 @task(name="search", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)
-def search_task(rt: CampaignRuntime, doctor: DoctorReport, proposer: str, num_trials: int) -> SearchOutcome:
+def search_task(rt: CampaignRuntime, doctor: DoctorReport, proposer: str, num_trials: int,
+                experience: Experience | None) -> SearchOutcome:
     with _fresh_pool_after_fault(rt):
-        return run_search(rt, doctor, proposer_name=proposer, num_trials=num_trials)
+        return run_search(rt, doctor, proposer_name=proposer, num_trials=num_trials, experience=experience)
 
 
 @task(name="verify", cache_policy=NO_CACHE, retries=1, retry_condition_fn=retry_on_infrastructure_fault)

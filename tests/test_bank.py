@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from infrarsi.bank.campaign import sim_features
+from infrarsi.backends.backend import sim_features
 from infrarsi.bank.records import CampaignRecord
 from infrarsi.bank.similarity import distance, nearest, nearest_records, project
 from infrarsi.bank.sqlite import Bank

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.core.spec_load import load_spec, parse_spec
+from infrarsi.contract.spec_load import load_spec, parse_spec
 from infrarsi.core.trial import Outcome, Role
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from infrarsi.cli.init_command import build_spec
 from infrarsi.cli.init_draft import Observed, contract_field_of
 from infrarsi.cli.launch_command import parse_command
-from infrarsi.core.spec_load import parse_spec
+from infrarsi.contract.spec_load import parse_spec
 from infrarsi.harness.command import render_command
 
 FOLDER = Path(tempfile.mkdtemp(prefix="infrarsi-shapes-"))

@@ -13,8 +13,8 @@ from infrarsi.cli.init_draft import Observed
 from infrarsi.cli.launch_command import help_flags, parse_command
 from infrarsi.cli.log_patterns import guess_patterns
 from infrarsi.cli.main import main
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import InfrarsiError
-from infrarsi.core.spec_load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 NANOGPT = ROOT / "examples" / "nanogpt_style"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import SpecError
-from infrarsi.core.spec_load import load_spec
 from infrarsi.engine.builtin_priors import builtin_priors
 from infrarsi.harness.command import render_command
 

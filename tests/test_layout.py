@@ -1,13 +1,16 @@
-"""The package's shape: subpackages by concept, no import cycle, no module a reader cannot
-hold in one sitting. Read from the source (every import statement, those inside functions
-too: an import moved into a function still ties the two modules together)."""
+"""The package's shape: subpackages by concept, layered with no import cycle, no module a
+reader cannot hold in one sitting.
 
-import ast
+The layers and the ban on cycles are import-linter contracts in ``pyproject.toml`` (every
+import statement counts, those inside functions too: an import moved into a function still
+ties the two modules together)."""
+
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "infrarsi"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "infrarsi"
 MAX_LINES = 400
 
 
@@ -19,65 +22,14 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the infrarsi modules it imports anywhere in its source."""
-    modules = _modules()
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + [base]).strip(".")
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            else:
-                continue
-            graph[name] |= {t for t in targets if t in modules and t != name}
-    return graph
+def test_the_import_contracts_hold(capsys):
+    """Each package imports only the layers below it, and no packages or modules import
+    each other in a cycle (the report names each import that breaks a contract)."""
+    import importlinter.api  # noqa: F401  (configures import-linter before its use cases run)
+    from importlinter.application.use_cases import lint_imports
 
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
-
-
-def test_no_import_cycle():
-    assert cycles(import_graph()) == []
-
-
-def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
+    kept = lint_imports(config_filename=str(ROOT / "pyproject.toml"), cache_dir=None, no_logo=True)
+    assert kept, capsys.readouterr().out
 
 
 def test_the_package_holds_only_subpackages():

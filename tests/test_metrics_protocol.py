@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.contract.spec_load import parse_spec
 from infrarsi.core.errors import ContractError, SpecError
-from infrarsi.core.spec_load import parse_spec
 from infrarsi.core.trial import Outcome, Role
 from infrarsi.harness.inprocess_pool import InProcessPool
 from infrarsi.harness.launcher import TrialRequest, run_process_trial

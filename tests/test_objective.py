@@ -5,10 +5,10 @@ import tomllib
 
 import pytest
 
+from infrarsi.contract.spec_load import parse_spec
 from infrarsi.core.errors import SpecError
 from infrarsi.core.objective import break_even_steps, job_steps, job_time_s
 from infrarsi.core.spec import ObjectiveSpec
-from infrarsi.core.spec_load import parse_spec
 from infrarsi.stages.init import builtin_spec_path
 
 

@@ -6,9 +6,9 @@ import typing
 
 import pytest
 
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import SpecError
 from infrarsi.core.options import CampaignOptions, ProposerName
-from infrarsi.core.spec_load import load_spec
 from infrarsi.proposers import proposer_names
 from infrarsi.stages.init import builtin_spec_path, git_spec, resolved_options, start_campaign
 

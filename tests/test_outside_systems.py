@@ -214,7 +214,7 @@ def test_an_llm_fallback_is_a_campaign_warning(tmp_path, reply):
 
 def test_a_bank_that_fails_at_the_end_keeps_the_record_for_the_next(tmp_path, monkeypatch):
     from infrarsi.bank.pending import deliver, pending_path, record_or_hold
-    from infrarsi.core.spec_load import load_spec
+    from infrarsi.contract.spec_load import load_spec
     from infrarsi.stages.probes import probe_outside_systems
 
     monkeypatch.setenv("INFRARSI_DATA_DIR", str(tmp_path / "data"))

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent / "adversarial"))
 from adversarial_cheats import SCOPE_CHEATS, TRAIN_CHEATS, edited, replay_cheat  # noqa: E402
 from tiny_gpt import GPT_DIR  # noqa: E402
 
-from infrarsi.bank.campaign import record_campaign  # noqa: E402
+from infrarsi.bank.campaign import campaign_experience, record_campaign  # noqa: E402
 from infrarsi.bank.sqlite import Bank  # noqa: E402
 from infrarsi.contract.checks import enforce  # noqa: E402
 from infrarsi.core.ledger import Ledger  # noqa: E402
@@ -30,7 +30,7 @@ from infrarsi.stages.doctor import DoctorReport, adopt_doctor, run_doctor  # noq
 from infrarsi.stages.init import init_campaign, load_campaign  # noqa: E402
 from infrarsi.stages.run import patching  # noqa: E402
 from infrarsi.stages.run.evidence import finalist_plan  # noqa: E402
-from infrarsi.stages.run.search import run_search, search_experience  # noqa: E402
+from infrarsi.stages.run.search import run_search  # noqa: E402
 from infrarsi.stages.run.verify import run_verification  # noqa: E402
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
 from tests.adversarial.test_adversarial import reference_run, write_spec  # noqa: E402
@@ -153,8 +153,8 @@ def test_a_default_campaign_proposes_gates_and_measures_a_builtin_patch(tmp_path
     # ... and the next campaign on this machine reads it
     (tmp_path / "second").mkdir()
     rt2, _ = campaign(tmp_path / "second", ref, name="c2")
-    rt2.settings.bank = str(bank.path)
-    configs, priors = search_experience(rt2)
+    found = campaign_experience(str(bank.path), rt2)
+    configs = found.configs
     [event] = events(rt2, "experience")
     assert event["campaigns"][0]["id"] == rt.contract.campaign_id and event["campaigns"][0]["distance"] == 0
     assert all(rt2.space.is_feasible(c) for c in configs)
@@ -208,7 +208,7 @@ def test_a_stall_round_runs_with_two_slots_once_the_trials_in_flight_are_in(tmp_
                     '[budget]\nnum_trials = 12\n[search]\nproposer = "random"\n')
     contract, cdir = init_campaign(spec, tmp_path / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", bank="off"))
-    rt._pool = TwoSlotPool()
+    rt._pool = TwoSlotPool(rt.backend.run_trial)  # the simulator's trials, as the runtime's own pool runs them
     run_search(rt, run_doctor(rt), proposer_name="random", num_trials=12)
     assert [e["why"] for e in events(rt, "patch_round")] == ["after doctor", "search stalled"]
     # the search trials recorded between the two rounds, and after the second

@@ -8,9 +8,9 @@ import pytest
 from tiny_gpt import GPT_DIR
 
 from infrarsi.adapters.git_branch import check_patches_apply, patch_worktree, snapshot, stage_branch
+from infrarsi.contract.spec_load import parse_spec
 from infrarsi.core.errors import PatchError, SpecError
 from infrarsi.core.files import glob_matches, matching_files
-from infrarsi.core.spec_load import parse_spec
 from infrarsi.patches.patch import Patch, check_scope, load_patches, make_diff, require_in_scope
 
 EDITABLE, LOCKED = ["model.py", "train.py"], ["data.py", "metrics.py", "flavours.py"]

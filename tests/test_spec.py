@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from infrarsi.backends import backend_of
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import SpecError
-from infrarsi.core.spec_load import load_spec
 from infrarsi.stages.init import builtin_spec_path
 
 BUILTIN = tomllib.loads(builtin_spec_path().read_text())
@@ -70,11 +71,14 @@ def test_builtin_spec_searches_ddp_bucket_sizes_only_between_processes():
 def test_only_real_processes_without_gpus_count_as_cpu_trials(tmp_path):
     """The CPU prior table applies to the built-in CPU job, not to GPU trials and not to the
     simulator, whose trials model GPUs though the harness gives them none."""
-    assert load_spec(builtin_spec_path()).trials_on_cpu
+    def trials_on_cpu(spec):
+        return backend_of(spec).trials_on_cpu(spec)
+
+    assert trials_on_cpu(load_spec(builtin_spec_path()))
     gpu = {**BUILTIN, "workload_dir": str(builtin_spec_path().parent), "resources": {"gpus_per_trial": 1}}
-    assert not load_spec(_write(tmp_path, gpu)).trials_on_cpu
+    assert not trials_on_cpu(load_spec(_write(tmp_path, gpu)))
     sim = Path(__file__).resolve().parents[1] / "workloads" / "sim" / "dense-9b-h100.toml"
-    assert not load_spec(sim).trials_on_cpu
+    assert not trials_on_cpu(load_spec(sim))
 
 
 @pytest.mark.parametrize("changes, expected", [

@@ -3,22 +3,16 @@ total is the most trials a campaign can run (real stages on the simulator, witho
 
 import pytest
 
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import SpecError
 from infrarsi.core.ledger import Ledger
-from infrarsi.core.spec_load import load_spec
 from infrarsi.core.trial import Role
-from infrarsi.stages.budget import (
-    TrialBudgetExhausted,
-    doctor_trials,
-    search_trials,
-    trial_cap,
-    trials_by_stage,
-    verification_reserve,
-)
+from infrarsi.stages.budget import TrialBudgetExhausted, doctor_trials, trial_cap, trials_by_stage
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import builtin_spec_path, init_campaign
 from infrarsi.stages.run.evidence import plan_verification
 from infrarsi.stages.run.minimize import run_minimize
+from infrarsi.stages.run.reserve import search_trials, verification_reserve
 from infrarsi.stages.run.search import run_search
 from infrarsi.stages.run.verify import run_verification
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings

@@ -1,4 +1,5 @@
-"""Trial slots as Ray actors, each pinned to the devices one trial needs.
+"""Trial slots as Ray actors, each pinned to the devices one trial needs and running the trial
+function the pool is given (the campaign backend's, ``infrarsi.backends``).
 
 Ray's resource scheduler does the pinning: an actor that asks for ``num_gpus=g`` runs
 with ``CUDA_VISIBLE_DEVICES`` set to its GPUs, and the trial process it launches inherits
@@ -21,30 +22,24 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from infrarsi.core.errors import TrialInfrastructureError, UnreachableError
 from infrarsi.core.trial import Outcome, TrialResult
-from infrarsi.harness.launcher import TrialRequest
+from infrarsi.harness.launcher import TrialRequest, run_process_trial
 
 MAX_ATTEMPTS = 2
 PROBE_TIMEOUT_S = 5.0
 
 
-def run_trial(req: TrialRequest) -> TrialResult:
-    """Dispatch one trial to its backend; runs inside the actor."""
-    if req.backend == "sim":
-        from infrarsi.sim.trial import run_sim_trial
-
-        return run_sim_trial(req)
-    from infrarsi.harness.launcher import run_process_trial
-
-    return run_process_trial(req)
-
-
 class _TrialActor:
+    """One trial slot: runs the pool's trial function (sent by name: a module-level function)."""
+
+    def __init__(self, run_trial: Callable[[TrialRequest], TrialResult]) -> None:
+        self._run_trial = run_trial
+
     def run(self, req: TrialRequest) -> TrialResult:
-        return run_trial(req)
+        return self._run_trial(req)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +131,11 @@ def _placement_actor(ray: Any, settings: PoolSettings) -> tuple[Any, tuple]:
 
 
 class TrialPool:
-    def __init__(self, settings: PoolSettings) -> None:
+    """Trial slots as Ray actors, each running ``run_trial`` (a multi-node trial is always a
+    process trial: ``ray_placement`` launches it on every node)."""
+
+    def __init__(self, settings: PoolSettings,
+                 run_trial: Callable[[TrialRequest], TrialResult] = run_process_trial) -> None:
         self.ray = ensure_ray(settings.address)
         self.settings = settings
         self.num_slots = settings.concurrency or device_slots(settings)
@@ -145,7 +144,7 @@ class TrialPool:
         else:
             self._cls, self._args = self.ray.remote(_TrialActor).options(
                 num_gpus=settings.gpus_per_trial, num_cpus=min(settings.cpus_per_trial, self._max_cpus()),
-                max_restarts=0), ()
+                max_restarts=0), (run_trial,)
         self._idle = [self._cls.remote(*self._args) for _ in range(self.num_slots)]
         self._inflight: dict[Any, tuple[Any, TrialRequest]] = {}
         self._actors_lost: dict[str, int] = {}  # trial id -> actors lost running it

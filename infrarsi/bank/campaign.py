@@ -6,35 +6,28 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from infrarsi.backends import backend_of
 from infrarsi.bank.records import BankStore, CampaignRecord
 from infrarsi.bank.similarity import Experience, nearest, nearest_records
+from infrarsi.bank.store import open_bank
 from infrarsi.contract.freeze import Contract
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
-from infrarsi.stages.report.promotion import final_verification, promoted_verdict
+from infrarsi.record.campaign import final_verification, promoted_verdict
 
-__all__ = ["campaign_features", "campaign_record", "experience_for", "record_campaign", "sim_features"]
-
-
-def sim_features(workload_name: str) -> tuple[dict, dict]:
-    """(hardware, workload) features of a simulator workload."""
-    from infrarsi.sim import sim_workload
-
-    job = sim_workload(workload_name).job
-    hw = {"gpu": job.hw.name, "num_devices": job.num_gpus, "memory_bytes": job.hw.memory_bytes, "cpu": None}
-    wl = {"num_params": job.model.num_params, "num_layers": job.model.num_layers, "seq_len": job.seq_len,
-          "moe": job.model.is_moe, "tokens_per_step": job.tokens_per_step}
-    return hw, wl
+__all__ = ["campaign_experience", "campaign_features", "campaign_record", "experience_for", "record_campaign"]
 
 
 def campaign_features(contract: Contract, trials: list[TrialResult]) -> tuple[dict, dict]:
-    """(hardware, workload) features. A process job's parameter count and flavour come from
-    the start event its trials logged (dense or MoE: whether the flavour's name says moe);
-    its layer count is not known (None)."""
+    """(hardware, workload) features: the backend's where the spec says them (a simulated
+    cluster), else the machine's and the job's. A process job's parameter count and flavour
+    come from the start event its trials logged (dense or MoE: whether the flavour's name
+    says moe); its layer count is not known (None)."""
     spec = contract.spec
-    if spec.backend == "sim":
-        return sim_features(contract.extra["sim_workload"])
+    known = backend_of(spec).known_features(spec)
+    if known is not None:  # the simulated cluster's
+        return known
     res, fp = spec.resources, dict(contract.hardware)
     gpus = list(fp.get("gpus") or [])
     hw = {"gpu": gpus[0] if gpus and res.gpus_per_trial else None,
@@ -52,6 +45,21 @@ def experience_for(bank: BankStore, rt: Any) -> Experience:
     past = nearest_records(bank, hardware=hw, workload=wl, exclude=rt.contract.campaign_id)
     return nearest(past, hardware=hw, workload=wl, space=rt.space,
                    baseline=rt.space.validate(rt.spec.baseline), exclude=rt.contract.campaign_id)
+
+
+def campaign_experience(setting: str | None, rt: Any) -> Experience | None:
+    """Start configs and priors from the nearest past campaigns of the bank ``setting``
+    names (None when the bank is off), for the campaign of runtime ``rt``; what was read is
+    a ledger event."""
+    store = open_bank(setting)
+    if store is None:
+        return None
+    found = experience_for(store, rt)
+    if found.used:
+        rt.ledger.append("experience", {"bank": store.location, "campaigns": list(found.used),
+                                        "configs": [dict(c) for c in found.configs],
+                                        "num_priors": len(found.priors.settings) if found.priors else 0})
+    return found
 
 
 def _patch_effects(trials: list[TrialResult], knob: str) -> float | None:

@@ -78,8 +78,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
     """(the most trials a campaign with ``options`` can run, trials already recorded), for the bar."""
+    from infrarsi.contract.spec_load import load_spec
     from infrarsi.core.ledger import Ledger
-    from infrarsi.core.spec_load import load_spec
     from infrarsi.stages.budget import trial_cap
     from infrarsi.stages.init import builtin_spec_path, git_spec, load_campaign
 
@@ -98,7 +98,7 @@ def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
 
 def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:
     """A new campaign from a local spec gets its id here, so its log has a folder from the start."""
-    from infrarsi.core.spec_load import load_spec
+    from infrarsi.contract.spec_load import load_spec
     from infrarsi.stages.init import builtin_spec_path, git_spec, new_campaign_id
 
     if options.resume or options.campaign_id or (options.spec and git_spec(options.spec)):

@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from infrarsi.contract.spec_load import parse_spec
 from infrarsi.core.errors import ContractError
 from infrarsi.core.files import sha256_file
 from infrarsi.core.spec import CampaignSpec
-from infrarsi.core.spec_load import parse_spec
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
+from infrarsi.backends import backend_of
 from infrarsi.core.knobs import Config, KnobSpace, Value
+from infrarsi.core.spec import CampaignSpec
 
 KEEPS, CHANGES = "keeps", "changes"
 # Kinds and names whose values compute different numbers by design. Compile and fused
@@ -46,6 +48,12 @@ def changing_knobs(knob_specs: Mapping[str, Any]) -> tuple[str, ...]:
         if (declared or default_numerics(name, getattr(spec, "kind", None))) == CHANGES:
             out.append(name)
     return tuple(out)
+
+
+def campaign_changing_knobs(spec: CampaignSpec) -> tuple[str, ...]:
+    """The knobs that change a campaign's numerics: none where its backend runs no code
+    (the simulator computes no losses to compare)."""
+    return changing_knobs(spec.knobs) if backend_of(spec).runs_code else ()
 
 
 def class_of(config: Mapping[str, Value], baseline: Mapping[str, Value], knobs: Iterable[str]) -> NumericsClass:

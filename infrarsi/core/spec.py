@@ -2,7 +2,7 @@
 
 Everything a campaign needs to know about the job it tunes lives here: how to launch it,
 which knobs exist and how each reaches the job, the baseline config, the contract, the
-device capacity, the budget and the resources per trial. ``core.spec_load`` reads a file
+device capacity, the budget and the resources per trial. ``contract.spec_load`` reads a file
 into it and turns every problem into one ``SpecError`` that names the field, what was
 expected and what was found.
 """
@@ -300,19 +300,12 @@ class CampaignSpec(_Model):
         reserved = [k for k in self.env if k.startswith(RESERVED_ENV_PREFIX)]
         if reserved:
             raise ValueError(f"env {reserved} is reserved for the harness (INFRARSI_*); remove it")
-        if self.patches and self.backend != "process":
-            raise ValueError("patches need backend = 'process' (the simulator runs no code)")
         for i, fp in enumerate(self.fixed_products):
             unknown = [n for n in fp.knobs if n not in self.knobs]
             if unknown:
                 raise ValueError(f"fixed_products[{i}] names unknown knob(s) {unknown}; "
                                  f"known knobs are {sorted(self.knobs)}")
         return self
-
-    @property
-    def trials_on_cpu(self) -> bool:
-        """Trials run real processes without an accelerator (the simulator models GPUs)."""
-        return self.backend == "process" and self.resources.gpus_per_trial == 0
 
     @property
     def space(self) -> KnobSpace:

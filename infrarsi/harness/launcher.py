@@ -66,8 +66,7 @@ class TrialRequest:
     locked_hashes: Mapping[str, str] = field(default_factory=dict)
     devices_per_trial: float = 1.0
     attempt: int = 1
-    backend: str = "process"
-    sim_workload: str | None = None
+    sim_workload: str | None = None  # a simulated trial's workload (infrarsi.sim)
     seed: int = 0
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     gpus_per_trial: int = 0  # > 0: memory is measured on the trial's devices

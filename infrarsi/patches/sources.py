@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
+from infrarsi.backends import backend_of
 from infrarsi.core.errors import InfrarsiError, PatchError
 from infrarsi.core.knobs import Config
 from infrarsi.core.trial import Outcome, TrialResult
@@ -203,7 +204,7 @@ def gate(patch: Patch, contract: Any, accepted: Sequence[Patch], refused: set[st
 def patch_sources(spec: Any, log_dir: Path | None) -> list[PatchSource]:
     """The LLM where the spec names an endpoint, the built-in library otherwise; none for
     the simulator (no code) or when ``search.patch_rounds`` is 0."""
-    if spec.backend != "process" or getattr(spec.search, "patch_rounds", 1) <= 0:
+    if not backend_of(spec).runs_code or getattr(spec.search, "patch_rounds", 1) <= 0:
         return []
     if spec.llm is not None:
         from infrarsi.adapters.llm import LLMSettings

@@ -1,5 +1,6 @@
 """The cluster simulator: a calibrated cost model of transformer training on GPU
-clusters (time, memory, crashes, noise), an exact oracle, and the ``sim`` trial backend.
+clusters (time, memory, crashes, noise), an exact oracle, and the trial function
+(``trial.run_sim_trial``) that ``infrarsi.backends.SimBackend`` runs.
 Formulas and their sources: docs/simulator.md."""
 
 from infrarsi.sim.backend import SimOutcome, sim_workload, simulate_trial

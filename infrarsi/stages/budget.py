@@ -9,30 +9,29 @@ class), the search, and verification at its longest (``verify_pairs`` rounds, or
 finalists, a smaller config and one leave-one-out, plus one round's worth of the honest
 splits a canary check may need).
 Before each trial the runtime checks the cap (``TrialBudgetExhausted`` past it), the
-search stops early enough to leave verification ``verification_reserve`` trials, and
-verification plans its rounds within what is left. So the progress bar's total, the cap,
-is the most trials the campaign can run.
+search stops early enough to leave verification its reserve (``infrarsi.stages.run.reserve``),
+and verification plans its rounds within what is left. So the progress bar's total, the
+cap, is the most trials the campaign can run.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from infrarsi.contract.numerics import changing_knobs, class_of, feasible_classes
-from infrarsi.core.errors import InfrarsiError, SpecError
+from infrarsi.contract.numerics import campaign_changing_knobs, class_of, feasible_classes
+from infrarsi.core.errors import InfrarsiError
 from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.trial import Role, TrialResult
-from infrarsi.stages.run.sequential import SequentialRule
 
 
 class TrialBudgetExhausted(InfrarsiError):
     """A stage asked for a trial past ``budget.max_trials``."""
 
 
-def _classes_and_splits(spec: CampaignSpec) -> tuple[int, int, int]:
+def classes_and_splits(spec: CampaignSpec) -> tuple[int, int, int]:
     """(numerics classes other than the baseline's, honest splits in the baseline's numerics,
     those of them doctor adds itself where the calibration has none: ``added_splits``)."""
-    knobs = () if spec.backend == "sim" else changing_knobs(spec.knobs)
+    knobs = campaign_changing_knobs(spec)
     baseline = spec.space.validate(spec.baseline)
     others = len([c for c in feasible_classes(spec.space, baseline, knobs) if c])
     splits = sum(1 for v in spec.calibration if not class_of({**baseline, **v}, baseline, knobs))
@@ -44,15 +43,8 @@ def doctor_trials(spec: CampaignSpec) -> int:
     """The most trials doctor runs: baseline repeats, calibration variants (and the splits
     doctor adds), and per other numerics class its reference and the honest splits in it."""
     b = spec.budget
-    others, splits, added = _classes_and_splits(spec)
+    others, splits, added = classes_and_splits(spec)
     return max(b.doctor_repeats, b.doctor_max_repeats) + len(spec.calibration) + added + others * (1 + splits)
-
-
-def verification_reserve(spec: CampaignSpec) -> int:
-    """The trials verification needs to promote anything: the fewest pairs of the leader,
-    each round with its baseline run and a reference for the leader's numerics."""
-    others, _, _ = _classes_and_splits(spec)
-    return SequentialRule(max_pairs=spec.budget.verify_pairs).min_pairs * (2 + min(others, 1))
 
 
 def trial_cap(spec: CampaignSpec, num_trials: int) -> int:
@@ -60,27 +52,11 @@ def trial_cap(spec: CampaignSpec, num_trials: int) -> int:
     if spec.budget.max_trials is not None:
         return spec.budget.max_trials
     b = spec.budget
-    others, splits, _ = _classes_and_splits(spec)
+    others, splits, _ = classes_and_splits(spec)
     arms = b.num_finalists + (2 if b.minimize_pairs else 0)
     rounds = max(b.verify_pairs, b.minimize_pairs)  # a leave-one-out arm may run past the finalists
     verify = rounds * (1 + others + arms) + others * splits
     return doctor_trials(spec) + num_trials + verify
-
-
-def search_trials(spec: CampaignSpec, num_trials: int, doctor_used: int, cap: int | None = None) -> int:
-    """The search's share: ``num_trials``, less what the cap (``cap``, else the spec's for
-    ``num_trials``) leaves after doctor's ``doctor_used`` trials and verification's reserve."""
-    cap = trial_cap(spec, num_trials) if cap is None else cap
-    return max(0, min(num_trials, cap - doctor_used - verification_reserve(spec)))
-
-
-def check_cap(spec: CampaignSpec, num_trials: int) -> None:
-    """Refuse a cap that leaves no search trial after doctor and verification's reserve."""
-    cap, least = trial_cap(spec, num_trials), doctor_trials(spec) + verification_reserve(spec) + 1
-    if cap < least:
-        raise SpecError(f"budget.max_trials = {cap} leaves no search trial: doctor runs up to "
-                        f"{doctor_trials(spec)} trials and verification needs at least {verification_reserve(spec)}; "
-                        f"set max_trials to at least {least} (or fewer doctor_max_repeats / calibration variants)")
 
 
 STAGES = ("doctor", "search", "verification", "minimization")

@@ -26,10 +26,18 @@ from typing import Any, Callable, Sequence
 
 from scipy import stats
 
+from infrarsi.backends import backend_of
 from infrarsi.contract.checks import enforce
 from infrarsi.contract.loss_contract import ClassReference, LossContract
 from infrarsi.contract.loss_reference import LossReference
-from infrarsi.contract.numerics import NumericsClass, changing_knobs, class_config, class_of, describe, feasible_classes
+from infrarsi.contract.numerics import (
+    NumericsClass,
+    campaign_changing_knobs,
+    class_config,
+    class_of,
+    describe,
+    feasible_classes,
+)
 from infrarsi.core.errors import ContractError
 from infrarsi.core.knobs import Config, Value
 from infrarsi.core.spec import ContractSpec
@@ -69,9 +77,9 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
     spec, contract = rt.spec, rt.spec.contract
     signal, window = contract.loss_signal, contract.loss_window
     baseline = rt.space.validate(spec.baseline)
-    knobs = () if spec.backend == "sim" else changing_knobs(spec.knobs)
+    knobs = campaign_changing_knobs(spec)
     base = runs[0]
-    if signal == "eval" and not base.eval_losses and spec.backend != "sim":
+    if signal == "eval" and not base.eval_losses and backend_of(spec).runs_code:
         raise ContractError("contract.loss_signal = \"eval\" but the baseline reported no eval losses; make the "
                             "job report `eval` events (eval_loss), or choose loss_signal \"step\" or \"window\"")
     legacy = LossReference(losses=base.losses, tolerance=float("inf"))

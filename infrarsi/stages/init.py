@@ -7,12 +7,13 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrarsi.backends import backend_of
 from infrarsi.contract.freeze import Contract
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import ResumeError, SpecError
 from infrarsi.core.files import hash_files, matching_files
 from infrarsi.core.options import CampaignOptions
 from infrarsi.core.spec import CampaignSpec
-from infrarsi.core.spec_load import load_spec
 from infrarsi.core.workspace import CampaignDir, default_campaigns_dir, default_tracking_uri
 from infrarsi.harness import machine
 from infrarsi.stages.probes import probe_outside_systems
@@ -36,7 +37,7 @@ def _workdir(spec: CampaignSpec, cdir: CampaignDir) -> Path:
     when there is none."""
     from infrarsi.adapters.git_branch import repository_root, snapshot
 
-    if spec.backend == "sim":  # no code: the repository only carries the promoted config
+    if not backend_of(spec).runs_code:  # the repository only carries the promoted config
         cdir.snapshot.mkdir(parents=True, exist_ok=True)
         (cdir.snapshot / "README.md").write_text(f"Simulated workload {spec.sim_workload}.\n")
         return snapshot(cdir.snapshot, cdir.root / "sim-repo")
@@ -76,7 +77,7 @@ def resolved_options(options: CampaignOptions, spec: CampaignSpec) -> dict:
     """What the campaign folder remembers: the proposer and budget actually used, the
     MLflow store actually logged to, and the other overrides given."""
     from infrarsi.proposers import proposer_names
-    from infrarsi.stages.budget import check_cap
+    from infrarsi.stages.run.reserve import check_cap
 
     proposer = options.proposer or spec.search.proposer
     if proposer not in proposer_names():
@@ -133,11 +134,11 @@ def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | 
     for source, message in warnings:
         cdir.add_warning(source, message)
     workdir = _workdir(spec, cdir)
-    c = spec.contract
-    locked = [] if spec.backend == "sim" else matching_files(workdir, c.locked)
-    editable = [] if spec.backend == "sim" else [p for p in matching_files(workdir, c.editable) if p not in locked]
+    c, code = spec.contract, backend_of(spec).runs_code
+    locked = matching_files(workdir, c.locked) if code else []
+    editable = [p for p in matching_files(workdir, c.editable) if p not in locked] if code else []
     fp = machine.fingerprint()
-    extra: dict = {"sim_workload": spec.sim_workload} if spec.backend == "sim" else {}
+    extra: dict = {}
     if spec.patches:
         extra["patches"], conflicts = _gated_patches(spec, spec_path, workdir, locked)
         # Patches that do not apply together are never switched on together.

@@ -1,4 +1,5 @@
-"""What the stages share while a campaign runs: folder, contract, trial pool, ledger, tracker.
+"""What the stages share while a campaign runs: folder, contract, trial pool (made by the
+campaign's backend, ``infrarsi.backends``), ledger, tracker.
 
 Every finished trial goes through ``record`` exactly once: the ledger first (the source of
 truth, fsynced), then MLflow (which spools and catches up when it is unreachable), then
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from infrarsi.adapters.ray_pool import PoolSettings, TrialPool
+from infrarsi.backends import Pool, backend_of
 from infrarsi.contract.freeze import Contract
 from infrarsi.core.knobs import Config
 from infrarsi.core.ledger import Ledger
@@ -82,7 +83,8 @@ class CampaignRuntime:
                                           "contract_hash": contract.contract_hash, **settings.parent_params},
             tags={"infrarsi.hardware": contract.hardware_hash, "infrarsi.job": self.spec.name,
                   "infrarsi.hardware_desc": _hardware_desc(contract)})
-        self._pool: TrialPool | None = None
+        self.backend = backend_of(self.spec)
+        self._pool: Pool | None = None
         self._requests: dict[str, TrialRequest] = {}
         # Ids continue after every trial folder, recorded or not: a trial orphaned by a killed
         # campaign may still be writing into its folder when the campaign resumes.
@@ -103,21 +105,11 @@ class CampaignRuntime:
         return max(0, self.max_trials - len(self._counted))
 
     @property
-    def pool(self) -> TrialPool:
-        if self._pool is None and self.settings.in_process:
-            from infrarsi.harness.inprocess_pool import InProcessPool
-
-            self._pool = InProcessPool()
+    def pool(self) -> Pool:
+        """The trial slots, made by the backend when first needed (and after ``drop_pool``)."""
         if self._pool is None:
-            res = self.spec.resources
-            self._pool = TrialPool(PoolSettings(address=self.settings.ray_address,
-                                                gpus_per_trial=res.gpus_per_trial, cpus_per_trial=res.cpus_per_trial,
-                                                concurrency=self.settings.concurrency or res.concurrency,
-                                                nodes_per_trial=res.nodes_per_trial,
-                                                processes_per_node=res.processes_per_node,
-                                                placement_strategy=res.placement_strategy,
-                                                placement_timeout_s=res.placement_timeout_s,
-                                                node_resources=dict(res.node_resources)))
+            self._pool = self.backend.pool(self.spec, address=self.settings.ray_address,
+                                           concurrency=self.settings.concurrency, in_process=self.settings.in_process)
         return self._pool
 
     def request(self, config: Config, role: Role, *, seed: int | None = None) -> TrialRequest:
@@ -137,8 +129,8 @@ class CampaignRuntime:
             trial_dir=str(self.cdir.trials / trial_id), memory_capacity_bytes=int(self.spec.device.memory_capacity),
             emulate_capacity=self.spec.device.emulate_capacity, timeout_s=self.spec.budget.trial_timeout_s,
             warmup_steps=c.warmup_steps, num_steps=c.num_steps, locked_hashes=dict(self.contract.locked_hashes),
-            devices_per_trial=(res.gpus_per_trial or res.cpus_per_trial) * res.nodes_per_trial, backend=self.spec.backend,
-            sim_workload=self.contract.extra.get("sim_workload"), seed=self.spec.search.seed * 100_003 + self._num_ids,
+            devices_per_trial=(res.gpus_per_trial or res.cpus_per_trial) * res.nodes_per_trial,
+            sim_workload=self.spec.sim_workload, seed=self.spec.search.seed * 100_003 + self._num_ids,
             metrics=self.spec.metrics, gpus_per_trial=res.gpus_per_trial)
         return self._requests[trial_id]
 

@@ -22,9 +22,9 @@ from adversarial_cheats import TRAIN_CHEATS, replay_cheat, scope_cheat, train_ch
 from tiny_gpt import GPT_DIR
 
 from infrarsi.contract.checks import enforce
+from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import PatchError, SpecError
 from infrarsi.core.ledger import Ledger
-from infrarsi.core.spec_load import load_spec
 from infrarsi.core.trial import Outcome, Role
 from infrarsi.harness.inprocess_pool import InProcessPool
 from infrarsi.harness.launcher import TrialRequest, run_process_trial

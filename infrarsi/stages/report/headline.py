@@ -17,8 +17,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.trial import Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
+from infrarsi.record.campaign import promoted_verdict
 from infrarsi.stages.report.blocks import config_changes, fmt_change, fmt_s
-from infrarsi.stages.report.promotion import ground, promoted_verdict
+from infrarsi.stages.report.promotion import ground
 
 
 def outcome_counts(counts: Mapping[str, int]) -> str:

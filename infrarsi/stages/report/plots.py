@@ -18,9 +18,9 @@ from typing import Any, Mapping, Sequence
 
 from infrarsi.core.objective import job_time_s
 from infrarsi.core.trial import Outcome, TrialResult
+from infrarsi.record.campaign import promoted_verdict
 from infrarsi.stages.report.blocks import fmt_change
 from infrarsi.stages.report.learned import log_interval
-from infrarsi.stages.report.promotion import promoted_verdict
 
 # One colour and marker per outcome, the trials table's colours too (templates/report.html.j2).
 OUTCOME_STYLE = {

@@ -10,22 +10,12 @@ import statistics
 from typing import Any, Mapping
 
 from infrarsi.core.workspace import CampaignDir
+from infrarsi.record.campaign import final_verification, promoted_verdict
 from infrarsi.stages.report.blocks import config_diff, details, fmt_change, fmt_value, table
 
 
 def _read(cdir: CampaignDir, path) -> Any:
     return cdir.read_json(path) if path.exists() else None
-
-
-def final_verification(cdir: CampaignDir) -> dict | None:
-    """What stands promoted: minimization's final report where it ran, else verification's."""
-    minimize = _read(cdir, cdir.minimize)
-    return minimize["final"] if minimize else _read(cdir, cdir.verification)
-
-
-def promoted_verdict(verification: dict | None) -> dict | None:
-    winners = [v for v in (verification or {}).get("verdicts", []) if v["promoted"]]
-    return max(winners, key=lambda v: v["speedup"]) if winners else None
 
 
 def promotion_summary(cdir: CampaignDir) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from infrarsi.contract.numerics import describe
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
+from infrarsi.record.campaign import final_verification, promoted_verdict
 from infrarsi.stages.budget import trial_cap, trials_by_stage
 from infrarsi.stages.report import plots
 from infrarsi.stages.report.blocks import config_diff, fmt_bytes, fmt_config, fmt_s, readable, table
@@ -30,10 +31,8 @@ from infrarsi.stages.report.mfu import campaign_mfu
 from infrarsi.stages.report.promotion import (
     contribution_rows,
     contribution_sections,
-    final_verification,
     margin,
     noise_bullets,
-    promoted_verdict,
     promotion_summary,
     result_bullets,
     verification_blocks,

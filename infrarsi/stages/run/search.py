@@ -7,12 +7,13 @@ flight are in), a patch round (``stages.patching``) asks the patch sources for c
 changes aimed at doctor's profile; each accepted patch becomes a knob, the proposer is
 rebuilt over the grown space and replays the history with the new knob off, and the patch
 is measured first on the best config so far. Start configs and priors come from the
-experience bank (``infrarsi.bank.store``) unless it is off.
+experience bank's nearest past campaigns where the flow hands them in
+(``infrarsi.bank.campaign.campaign_experience``; none with the bank off).
 
 The proposer starts from every run doctor made at the contract's seed: the baseline
 repeats and the calibration variants are configs of the space, so it learns from them
 and never suggests them again. The search runs ``num_trials`` trials, fewer where the
-campaign's trial cap must leave verification its reserve (``infrarsi.stages.budget``)."""
+campaign's trial cap must leave verification its reserve (``infrarsi.stages.run.reserve``)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from infrarsi.backends import backend_of
+from infrarsi.bank.similarity import Experience
 from infrarsi.contract.checks import enforce
 from infrarsi.core.knobs import Config
 from infrarsi.core.priors import Priors
 from infrarsi.core.trial import Role, TrialResult
 from infrarsi.proposers import Proposer, SearchContext, make_proposer
-from infrarsi.stages.budget import search_trials, verification_reserve
 from infrarsi.stages.doctor import DoctorReport, baseline_observation
+from infrarsi.stages.run.reserve import search_trials, verification_reserve
 from infrarsi.stages.runtime import CampaignRuntime
 
 
@@ -53,7 +56,7 @@ def search_priors(rt: CampaignRuntime) -> Any:
     settings = LLMSettings(**spec.llm.model_dump()) if spec.llm else None
     if settings is not None and rt.cdir.priors.exists():
         return priors_from_json(rt.cdir.read_json(rt.cdir.priors))
-    fallback = builtin_priors(rt.space, baseline, on_cpu=rt.spec.trials_on_cpu)
+    fallback = builtin_priors(rt.space, baseline, on_cpu=backend_of(rt.spec).trials_on_cpu(rt.spec))
     priors, warnings = priors_or_fallback(settings, rt.space, baseline, workload_description=spec.description,
                                           hardware_description=machine.describe(dict(rt.contract.hardware)),
                                           fallback=fallback, log_dir=rt.cdir.root / "llm")
@@ -82,7 +85,7 @@ def build_proposer(rt: CampaignRuntime, name: str, priors: Any = None,
     spec = rt.spec
     ctx = SearchContext(space=rt.space, baseline=rt.space.validate(spec.baseline),
                         memory_capacity_bytes=int(spec.device.memory_capacity), seed=spec.search.seed,
-                        priors=with_patch_priors(priors, rt), on_cpu=rt.spec.trials_on_cpu,
+                        priors=with_patch_priors(priors, rt), on_cpu=backend_of(rt.spec).trials_on_cpu(rt.spec),
                         experience_configs=tuple(experience))
     return make_proposer(name, ctx)
 
@@ -124,20 +127,21 @@ def contract_seed_history(rt: CampaignRuntime, doctor: DoctorReport) -> list[Tri
 
 
 def run_search(rt: CampaignRuntime, doctor: DoctorReport, *, proposer_name: str, num_trials: int,
-               priors: Any = None) -> SearchOutcome:
+               priors: Any = None, experience: Experience | None = None) -> SearchOutcome:
+    """Search ``num_trials`` trials (fewer where the cap needs them for verification),
+    starting from ``experience``, the bank's past campaigns, where given."""
     from infrarsi.stages.run import patching
 
     priors = priors if priors is not None else search_priors(rt)
-    patching.restore(rt)
-    experience, bank_priors = search_experience(rt)
-    if bank_priors is not None:  # measured on similar jobs: over the built-in or LLM guesses
-        priors = bank_priors.merged_over(priors) if isinstance(priors, Priors) else bank_priors
+    configs = experience.configs if experience is not None else ()
+    if experience is not None and experience.priors is not None:  # measured on similar jobs: over the guesses
+        priors = experience.priors.merged_over(priors) if isinstance(priors, Priors) else experience.priors
     observed = contract_seed_history(rt, doctor)  # what the proposer has seen, in order
     doctor_used = sum(1 for r in observed if r.role is not Role.SEARCH and r.trial_id != "doctor")
     num_trials = _search_share(rt, num_trials, doctor_used)
 
     def rebuilt(old: Proposer | None = None) -> Proposer:  # over the current space, the history replayed
-        p = build_proposer(rt, proposer_name, priors, experience)
+        p = build_proposer(rt, proposer_name, priors, configs)
         for r in observed:
             p.observe(padded(r, rt.space.names))
         if hasattr(old, "num_started"):  # the engine's diverse start is spent once per campaign
@@ -204,20 +208,3 @@ def _search_share(rt: CampaignRuntime, asked: int, doctor_used: int) -> int:
             f"cap, {rt.max_trials} trials (budget.max_trials), holds doctor's {doctor_used} and verification's "
             f"reserve of {reserve}; raise budget.max_trials to {doctor_used + asked + reserve} to run them all"))
     return share
-
-
-def search_experience(rt: CampaignRuntime) -> tuple[tuple[Config, ...], Any]:
-    """Start configs and priors from the experience bank's nearest past campaigns (none
-    when the bank is off or empty); what was read is a ledger event."""
-    from infrarsi.bank.campaign import experience_for
-    from infrarsi.bank.store import open_bank
-
-    store = open_bank(rt.settings.bank)
-    if store is None:
-        return (), None
-    found = experience_for(store, rt)
-    if found.used:
-        rt.ledger.append("experience", {"bank": store.location, "campaigns": list(found.used),
-                                        "configs": [dict(c) for c in found.configs],
-                                        "num_priors": len(found.priors.settings) if found.priors else 0})
-    return found.configs, found.priors

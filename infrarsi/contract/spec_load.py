@@ -1,7 +1,8 @@
-"""Reading a campaign spec: TOML to a validated ``CampaignSpec``, with the simulator's
-defaults for a ``backend = "sim"`` spec, then the checks that need the whole spec or the
-file system (the baseline and calibration against the space, the command's placeholders,
-the contract's globs). Every error names the field, what was expected and what was found.
+"""Reading a campaign spec: TOML to a validated ``CampaignSpec``, over the fields its backend
+supplies itself (a ``backend = "sim"`` spec's come from the simulator's workload), then the
+checks that need the whole spec or the file system (the baseline and calibration against the
+space; for a backend that runs code, the command's placeholders and the contract's globs).
+Every error names the field, what was expected and what was found.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from infrarsi.backends.backend import ProcessBackend, backend_named, backend_of
 from infrarsi.core.errors import SpecError
 from infrarsi.core.files import matching_files
 from infrarsi.core.spec import CONTRACT_PLACEHOLDERS, CampaignSpec, FixedProduct
@@ -30,8 +32,9 @@ def _describe(err: dict) -> str:
 
 
 def parse_spec(data: dict, *, source: str, base_dir: Path) -> CampaignSpec:
-    if data.get("backend") == "sim" and isinstance(data.get("sim_workload"), str):
-        data = _with_sim_defaults(data, source)
+    backend = backend_named(data.get("backend", ProcessBackend.name))
+    if backend is not None:  # else validation names the field
+        data = backend.spec_data(data, source)
     try:
         spec = CampaignSpec.model_validate(data)
     except ValidationError as exc:
@@ -40,22 +43,6 @@ def parse_spec(data: dict, *, source: str, base_dir: Path) -> CampaignSpec:
     spec = spec.model_copy(update={"workload_dir": (base_dir / spec.workload_dir).resolve()})
     check_consistency(spec, source)
     return spec
-
-
-def _with_sim_defaults(data: dict, source: str) -> dict:
-    from infrarsi.sim.spec_defaults import sim_spec_defaults  # only a sim spec needs the simulator
-    from infrarsi.sim.workloads import workload_names
-
-    if data["sim_workload"] not in workload_names():
-        raise SpecError(f"{source}: sim_workload {data['sim_workload']!r} is unknown; "
-                        f"choose one of {workload_names()}")
-    merged = sim_spec_defaults(data["sim_workload"])
-    for key, value in data.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return merged
 
 
 def load_spec(path: Path | str) -> CampaignSpec:
@@ -72,6 +59,9 @@ def load_spec(path: Path | str) -> CampaignSpec:
 
 def check_consistency(spec: CampaignSpec, source: str) -> None:
     """Cross-field checks pydantic cannot express; all run before any trial."""
+    if spec.patches and not backend_of(spec).runs_code:
+        raise SpecError(f"{source}: patches need backend = 'process' (the simulator runs no code); "
+                        "remove them or run the real job")
     space = spec.space  # raises SpecError for bad knob names or constraint syntax
     baseline = space.validate(spec.baseline, what=f"{source}: baseline")
     _check_fixed_products(spec, baseline, source)
@@ -83,7 +73,7 @@ def check_consistency(spec: CampaignSpec, source: str) -> None:
         cfg = space.validate({**spec.baseline, **variant}, what=f"{source}: calibration[{i}]")
         if space.violated(cfg):
             raise SpecError(f"{source}: calibration[{i}] violates constraint(s) {space.violated(cfg)}")
-    if spec.backend == "sim":
+    if not backend_of(spec).runs_code:
         return
     if not spec.workload_dir.is_dir():
         raise SpecError(f"{source}: workload_dir {spec.workload_dir} is not a directory")
