@@ -31,11 +31,11 @@ def _process_spec(mode: str) -> str:
     return f"""name = "guarded"
 workload_dir = "job"
 repository = "copy"
-command = ["{{python}}", "fake_workload.py", "--steps", "{{num_steps}}", "--sleep", "0.05"]
+command = ["{{python}}", "fake_workload.py", "--steps", "{{num_steps}}", "--sleep", "0.05", "--mode", "{{mode}}"]
 baseline = {{ mode = "{mode}" }}
 [knobs.mode]
 values = ["{mode}", "ok"]
-flag = "--mode"
+placeholder = true
 [contract]
 seq_len = 128
 global_batch_tokens = 2048
