@@ -185,7 +185,9 @@ def test_a_cluster_without_token_auth_is_joined_as_ray_joins_it(tmp_path):
         os.killpg(head.pid, signal.SIGKILL)  # the head's processes share its session
         head.wait()
         log.close()
-        left = [p for p in psutil.process_iter(["cmdline"]) if ray_dir in " ".join(p.info["cmdline"] or ())]
+        # a zombie has ended (the head, killed too, never reaped it): only live processes count
+        left = [p for p in psutil.process_iter(["cmdline", "status"])
+                if ray_dir in " ".join(p.info["cmdline"] or ()) and p.info["status"] != psutil.STATUS_ZOMBIE]
         shutil.rmtree(ray_dir, ignore_errors=True)
     assert left == []
 
