@@ -11,9 +11,9 @@ trial: what is tested is the way in, not the search.
 
 `init` runs in the suite for all three; a campaign on each costs 5-10 minutes on a 2-core
 CPU (10-11 trials, each importing its trainer's stack), too much for the suite, so the
-campaigns run where INFRARSI_TRAINER_CAMPAIGNS=1 is set:
+campaigns run where INFRARSI_THIRD_PARTY_LONG=1 is set:
 
-    INFRARSI_TRAINER_CAMPAIGNS=1 python -m pytest -q tests/third_party/test_trainers_campaign.py
+    INFRARSI_THIRD_PARTY_LONG=1 python -m pytest -q tests/third_party/test_trainers_campaign.py
 """
 
 import json
@@ -31,8 +31,8 @@ TRAINERS = {"trl": ("trl", fixtures.trl_sft), "litgpt": ("litgpt", fixtures.litg
             "torchtune": ("torchtune", fixtures.torchtune_full_finetune)}
 
 
-CAMPAIGNS = pytest.mark.skipif(os.environ.get("INFRARSI_TRAINER_CAMPAIGNS") != "1",
-                               reason="a campaign per trainer costs minutes: set INFRARSI_TRAINER_CAMPAIGNS=1")
+CAMPAIGNS = pytest.mark.skipif(os.environ.get("INFRARSI_THIRD_PARTY_LONG") != "1",
+                               reason="a campaign per trainer costs minutes: set INFRARSI_THIRD_PARTY_LONG=1")
 
 
 def _init(name, tmp_path, monkeypatch):
