@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from infrarsi.backends import backend_of
 from infrarsi.bank.similarity import Experience
 from infrarsi.contract.checks import enforce
 from infrarsi.core.knobs import Config
@@ -56,7 +55,7 @@ def search_priors(rt: CampaignRuntime) -> Any:
     settings = LLMSettings(**spec.llm.model_dump()) if spec.llm else None
     if settings is not None and rt.cdir.priors.exists():
         return priors_from_json(rt.cdir.read_json(rt.cdir.priors))
-    fallback = builtin_priors(rt.space, baseline, on_cpu=backend_of(rt.spec).trials_on_cpu(rt.spec))
+    fallback = builtin_priors(rt.space, baseline, on_cpu=rt.backend.trials_on_cpu(rt.spec))
     priors, warnings = priors_or_fallback(settings, rt.space, baseline, workload_description=spec.description,
                                           hardware_description=machine.describe(dict(rt.contract.hardware)),
                                           fallback=fallback, log_dir=rt.cdir.root / "llm")
@@ -85,7 +84,7 @@ def build_proposer(rt: CampaignRuntime, name: str, priors: Any = None,
     spec = rt.spec
     ctx = SearchContext(space=rt.space, baseline=rt.space.validate(spec.baseline),
                         memory_capacity_bytes=int(spec.device.memory_capacity), seed=spec.search.seed,
-                        priors=with_patch_priors(priors, rt), on_cpu=backend_of(rt.spec).trials_on_cpu(rt.spec),
+                        priors=with_patch_priors(priors, rt), on_cpu=rt.backend.trials_on_cpu(rt.spec),
                         experience_configs=tuple(experience))
     return make_proposer(name, ctx)
 
