@@ -68,7 +68,7 @@ def stage_of(role: Role, job_seed: int | None) -> str:
         return "doctor" if role is Role.DOCTOR or job_seed is None else "verification"
     if role is Role.SEARCH:
         return "search"
-    return "minimization" if role in (Role.MINIMIZE, Role.MINIMIZE_BASELINE) else "verification"
+    return "minimization" if role is Role.MINIMIZE else "verification"
 
 
 def trials_by_stage(trials: Iterable[TrialResult]) -> dict[str, int]:
