@@ -64,7 +64,10 @@ class _NoTracking:
 
 
 class CampaignRuntime:
-    def __init__(self, contract: Contract, cdir: CampaignDir, settings: RuntimeSettings) -> None:
+    def __init__(self, contract: Contract, cdir: CampaignDir, settings: RuntimeSettings, *,
+                 pool: Pool | None = None) -> None:
+        """``pool``: trial slots to run on instead of the backend's own (a test's in-process
+        pool); after ``drop_pool`` the backend makes the next one."""
         self.contract, self.cdir, self.settings = contract, cdir, settings
         self.spec = contract.spec
         self.space = self.spec.space
@@ -84,7 +87,7 @@ class CampaignRuntime:
             tags={"infrarsi.hardware": contract.hardware_hash, "infrarsi.job": self.spec.name,
                   "infrarsi.hardware_desc": _hardware_desc(contract)})
         self.backend = backend_of(self.spec)
-        self._pool: Pool | None = None
+        self._pool = pool
         self._requests: dict[str, TrialRequest] = {}
         # Ids continue after every trial folder, recorded or not: a trial orphaned by a killed
         # campaign may still be writing into its folder when the campaign resumes.
