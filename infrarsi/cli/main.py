@@ -80,20 +80,17 @@ def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
     """(the most trials a campaign with ``options`` can run, trials already recorded), for the bar."""
     from infrarsi.contract.spec_load import load_spec
     from infrarsi.core.ledger import Ledger
-    from infrarsi.stages.budget import trial_cap
+    from infrarsi.stages.budget import campaign_cap
     from infrarsi.stages.init import builtin_spec_path, git_spec, load_campaign
 
     if options.resume:
         contract, cdir = load_campaign(Path(options.resume))
-        spec, done = contract.spec, len({t.trial_id for t in Ledger(cdir.ledger).trials()})
-        remembered = cdir.read_json(cdir.options) if cdir.options.exists() else {}
-        budget = options.budget or remembered.get("budget") or spec.budget.num_trials
-    elif options.spec and git_spec(options.spec):
+        done = len({t.trial_id for t in Ledger(cdir.ledger).trials()})
+        return campaign_cap(contract.spec, options.resumed(cdir)), done
+    if options.spec and git_spec(options.spec):
         return 0, 0  # cloned by init: not known yet
-    else:
-        spec, done = load_spec(options.spec or builtin_spec_path()), 0  # fails fast, before Prefect or Ray
-        budget = options.budget or spec.budget.num_trials
-    return trial_cap(spec, budget), done
+    spec = load_spec(options.spec or builtin_spec_path())  # fails fast, before Prefect or Ray
+    return campaign_cap(spec, options), 0
 
 
 def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:

@@ -29,7 +29,7 @@ from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
 from infrarsi.harness.command import render_command
 from infrarsi.harness.launcher import TrialRequest
-from infrarsi.stages.budget import TrialBudgetExhausted, trial_cap
+from infrarsi.stages.budget import TrialBudgetExhausted, recorded_cap
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class RuntimeSettings:
     tracking_uri: str | None = None  # "none": no MLflow (the ledger stays the record)
     in_process: bool = False  # trials one at a time from this process, without Ray
     concurrency: int | None = None
-    max_trials: int | None = None  # the campaign's trial cap; None: the spec's (trial_budget.trial_cap)
+    max_trials: int | None = None  # the campaign's trial cap; None: the folder's (stages.budget.recorded_cap)
     bank: str | None = None  # experience bank: a path, "mlflow+<URI>", "off", or None for INFRARSI_BANK / the default
     # Logged on the MLflow parent run over the spec's values: what this campaign actually used.
     parent_params: Mapping[str, Any] = field(default_factory=dict)
@@ -94,7 +94,7 @@ class CampaignRuntime:
         recorded = {t.trial_id for t in self.ledger.trials()}
         existing = [p.name for p in cdir.trials.glob("t[0-9]*")] + list(recorded)
         self._num_ids = max((int(n[1:]) for n in existing if n[1:].isdigit()), default=0)
-        self.max_trials = settings.max_trials or trial_cap(self.spec, self.spec.budget.num_trials)
+        self.max_trials = settings.max_trials or recorded_cap(self.spec, cdir)
         self._counted = self._finished()  # trials finished or started here: what the cap counts
 
     def _finished(self) -> set[str]:
