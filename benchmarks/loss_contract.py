@@ -81,9 +81,7 @@ def builtin_runtime(tmp: Path, flavour: str) -> CampaignRuntime:
     path = tmp / "builtin.toml"
     path.write_text(_edited(spec_path.read_text(), edits))
     contract, cdir = init_campaign(path, tmp / "out")
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings())
-    rt._pool = InProcessPool()
-    return rt
+    return CampaignRuntime(contract, cdir, RuntimeSettings(), pool=InProcessPool())
 
 
 def measure(rt: CampaignRuntime, honest: list[dict], cheats: list[tuple[str, dict]],

@@ -9,7 +9,7 @@ from prefect import flow
 from infrarsi.core import progress
 from infrarsi.core.options import CampaignOptions
 from infrarsi.harness.process_guard import guard_campaign
-from infrarsi.stages.budget import trial_cap
+from infrarsi.stages.budget import campaign_cap
 from infrarsi.stages.report.report import campaign_metrics, summarize
 from infrarsi.stages.run import patching
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
@@ -36,11 +36,12 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
     name_flow_run(contract.campaign_id)
     for line in guard_campaign(cdir.root):  # what this campaign starts ends with its process
         print(line)
+    max_trials = campaign_cap(contract.spec, opts)
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(
         ray_address=opts.ray_address, tracking_uri=opts.tracking_uri, concurrency=opts.concurrency, bank=opts.bank,
-        max_trials=trial_cap(contract.spec, opts.budget), parent_params={
+        max_trials=max_trials, parent_params={
             # the search logs num_trials, the search trials it runs, once it knows them
-            "proposer": opts.proposer, "budget": opts.budget, "max_trials": trial_cap(contract.spec, opts.budget),
+            "proposer": opts.proposer, "budget": opts.budget, "max_trials": max_trials,
             "concurrency": opts.concurrency or "auto"},
         on_result=progress.publish))
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 import git
 import pytest
 
-from infrarsi.adapters.git_branch import BranchError, changed_paths, ensure_repository, stage_branch
+from infrarsi.adapters.git_branch import BranchError, changed_paths, repository_root, snapshot, stage_branch
 from infrarsi.core.errors import PatchError
 
 TRAIN_PY = "lr = 3e-4\nbatch = 8\nsteps = 100\n"
@@ -77,22 +77,22 @@ def checkout_state(repo: git.Repo) -> tuple:
     )
 
 
-def test_ensure_repository_returns_top_level_of_a_work_tree(tmp_path: Path) -> None:
+def test_repository_root_is_the_top_level_of_a_work_tree(tmp_path: Path) -> None:
     repo = make_user_repo(tmp_path / "user")
     (tmp_path / "user" / "src").mkdir()
-    assert ensure_repository(tmp_path / "user" / "src", tmp_path / "snap") == Path(
-        repo.working_tree_dir)
-    assert not (tmp_path / "snap").exists()
+    assert repository_root(tmp_path / "user" / "src") == Path(repo.working_tree_dir)
+    assert repository_root(tmp_path) is None
 
 
-def test_ensure_repository_snapshots_a_plain_directory(tmp_path: Path) -> None:
+def test_a_plain_directory_is_snapshot_into_a_new_repository(tmp_path: Path) -> None:
     source = tmp_path / "job"
     (source / "pkg").mkdir(parents=True)
     (source / "train.py").write_text(TRAIN_PY)
     (source / "pkg" / "model.py").write_text("layers = 2\n")
     dest = tmp_path / "snap"
 
-    assert ensure_repository(source, dest) == dest
+    assert repository_root(source) is None
+    assert snapshot(source, dest) == dest
     snap = git.Repo(dest)
     assert snap.head.commit.message.strip() == f"infrarsi: snapshot of {source}"
     assert snap.head.commit.author.email == "infrarsi@localhost"
@@ -100,12 +100,12 @@ def test_ensure_repository_snapshots_a_plain_directory(tmp_path: Path) -> None:
     assert snap.git.status("--porcelain") == ""
     assert not (source / ".git").exists()
     # A resumed campaign reuses the snapshot; a foreign directory is refused.
-    assert ensure_repository(source, dest) == dest
+    assert snapshot(source, dest) == dest
     assert len(list(snap.iter_commits())) == 1
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x").write_text("x")
     with pytest.raises(Exception, match="not empty"):
-        ensure_repository(source, tmp_path / "other")
+        snapshot(source, tmp_path / "other")
 
 
 def test_stage_branch_leaves_the_user_checkout_untouched(tmp_path: Path) -> None:

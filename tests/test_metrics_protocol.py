@@ -142,8 +142,8 @@ def test_doctor_stops_on_a_baseline_that_prints_no_metric_lines(tmp_path):
         'editable = ["train.py"]', 'locked = ["data.txt"]', "[device]", 'memory_capacity = "4GiB"',
         "[budget]", "trial_timeout_s = 30", ""]))
     contract, cdir = init_campaign(spec, tmp_path / "out")
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri=f"file://{tmp_path / 'mlruns'}"))
-    rt._pool = InProcessPool()
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri=f"file://{tmp_path / 'mlruns'}"),
+                         pool=InProcessPool())
     try:
         with pytest.raises(ContractError, match=r"(?s)the baseline produced no metric lines in doctor.*"
                                                 r"metrics protocol.*log adapter"):

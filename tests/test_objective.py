@@ -7,7 +7,7 @@ import pytest
 
 from infrarsi.contract.spec_load import parse_spec
 from infrarsi.core.errors import SpecError
-from infrarsi.core.objective import break_even_steps, job_steps, job_time_s
+from infrarsi.core.objective import job_steps, job_time_s
 from infrarsi.core.spec import ObjectiveSpec
 from infrarsi.stages.init import builtin_spec_path
 
@@ -17,12 +17,6 @@ def test_job_length_in_steps_or_hours_at_the_baseline_pace():
     assert job_steps(ObjectiveSpec(job_steps=300), 0.5, 10.0) == 300
     assert job_steps(ObjectiveSpec(job_hours=1), 0.5, 10.0) == pytest.approx((3600 - 10) / 0.5)
     assert job_time_s(0.1, 5.0, None) == 0.1 and job_time_s(0.1, 5.0, 100) == pytest.approx(15.0)
-
-
-def test_a_compile_that_starts_20_s_slower_and_saves_a_tenth_per_step_repays_after_200_steps():
-    assert break_even_steps(0.3, 1.0, 0.2, 21.0) == pytest.approx(200)
-    assert break_even_steps(0.3, 1.0, 0.4, 21.0) is None  # never: not faster per step
-    assert break_even_steps(0.3, 1.0, 0.2, 0.5) == 0.0
 
 
 def test_a_spec_with_both_job_lengths_names_the_field(tmp_path):

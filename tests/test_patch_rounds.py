@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent / "adversarial"))
 from adversarial_cheats import SCOPE_CHEATS, TRAIN_CHEATS, edited, replay_cheat  # noqa: E402
 from tiny_gpt import GPT_DIR  # noqa: E402
 
+from infrarsi.backends import backend_of  # noqa: E402
 from infrarsi.bank.campaign import campaign_experience, record_campaign  # noqa: E402
 from infrarsi.bank.sqlite import Bank  # noqa: E402
 from infrarsi.contract.checks import enforce  # noqa: E402
@@ -48,8 +49,7 @@ def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c",
         text += f'[llm]\nbase_url = "{llm_url}"\nmodel = "test-model"\ntimeout_s = 2.0\nmax_retries = 0\n'
     spec.write_text(text)
     contract, cdir = init_campaign(spec, tmp / "out", campaign_id=name)
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings(bank="off"))
-    rt._pool = InProcessPool()
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(bank="off"), pool=InProcessPool())
     doctor = DoctorReport(
         baseline=rt.space.validate(contract.spec.baseline), trial_ids=(ref.trial_id,), step_time_s=ref.step_time_s,
         run_step_times_s=(ref.step_time_s,), noise_cv=0.05, within_run_cv=0.0, reference_losses=ref.losses,
@@ -207,8 +207,9 @@ def test_a_stall_round_runs_with_two_slots_once_the_trials_in_flight_are_in(tmp_
     spec.write_text('name = "sim-dense"\nbackend = "sim"\nsim_workload = "dense-9b-h100"\n'
                     '[budget]\nnum_trials = 12\n[search]\nproposer = "random"\n')
     contract, cdir = init_campaign(spec, tmp_path / "out")
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", bank="off"))
-    rt._pool = TwoSlotPool(rt.backend.run_trial)  # the simulator's trials, as the runtime's own pool runs them
+    # the simulator's trials, as the runtime's own pool runs them
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", bank="off"),
+                         pool=TwoSlotPool(backend_of(contract.spec).run_trial))
     run_search(rt, run_doctor(rt), proposer_name="random", num_trials=12)
     assert [e["why"] for e in events(rt, "patch_round")] == ["after doctor", "search stalled"]
     # the search trials recorded between the two rounds, and after the second

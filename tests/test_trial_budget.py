@@ -3,13 +3,16 @@ total is the most trials a campaign can run (real stages on the simulator, witho
 
 import pytest
 
+from infrarsi.cli.main import _expected_trials
 from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import SpecError
 from infrarsi.core.ledger import Ledger
+from infrarsi.core.options import CampaignOptions
 from infrarsi.core.trial import Role
 from infrarsi.stages.budget import TrialBudgetExhausted, doctor_trials, trial_cap, trials_by_stage
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import builtin_spec_path, init_campaign
+from infrarsi.stages.report.report import summarize
 from infrarsi.stages.run.evidence import plan_verification
 from infrarsi.stages.run.minimize import run_minimize
 from infrarsi.stages.run.reserve import search_trials, verification_reserve
@@ -70,3 +73,16 @@ def test_a_cap_that_leaves_no_search_trial_is_refused_before_anything_runs(tmp_p
     with pytest.raises(SpecError, match="budget.max_trials = 8 leaves no search trial: doctor runs up to 5"):
         init_campaign(_sim_spec(tmp_path, "num_trials = 12\nmax_trials = 8"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_runtime_the_progress_bar_and_the_report_take_the_budget_the_campaign_remembers(tmp_path):
+    contract, cdir = init_campaign(_sim_spec(tmp_path, "num_trials = 12"), tmp_path / "out",
+                                   options=CampaignOptions(budget=5))
+    cap = trial_cap(contract.spec, 5)
+    assert cap < trial_cap(contract.spec, 12)  # no max_trials: the cap follows the search budget
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True, bank="off"))
+    rt.close()
+    assert rt.max_trials == cap and summarize(cdir)["max_trials"] == cap
+    assert _expected_trials(CampaignOptions(resume=str(cdir.root))) == (cap, 0)
+    # a budget given again on resume wins over the remembered one
+    assert _expected_trials(CampaignOptions(resume=str(cdir.root), budget=8)) == (trial_cap(contract.spec, 8), 0)

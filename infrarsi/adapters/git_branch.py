@@ -18,7 +18,7 @@ import git
 
 from infrarsi.core.errors import InfrarsiError, PatchError
 
-__all__ = ["BranchError", "changed_paths", "check_patches_apply", "clone", "ensure_repository", "patch_worktree",
+__all__ = ["BranchError", "changed_paths", "check_patches_apply", "clone", "patch_worktree",
            "repository_root", "snapshot", "stage_branch"]
 
 AUTHOR_NAME = "infrarsi"
@@ -51,16 +51,6 @@ def clone(url: str, dest: Path, *, ref: str | None = None) -> Path:
         raise InfrarsiError(f"cannot clone {url}{'@' + ref if ref else ''}: {_git_message(exc)}; check the URL "
                             "and that this machine can reach it") from None
     return Path(dest)
-
-
-def ensure_repository(source_dir: Path, dest_dir: Path) -> Path:
-    """Return the top level of the git work tree holding ``source_dir``.
-
-    A directory outside git is copied to ``dest_dir`` and committed there as a snapshot
-    (``.gitignore`` rules apply), so patches and branches have a base commit. An existing
-    snapshot of the same source at ``dest_dir`` (a resumed campaign) is reused.
-    """
-    return repository_root(source_dir) or snapshot(source_dir, dest_dir)
 
 
 def snapshot(source_dir: Path, dest_dir: Path) -> Path:

@@ -1,7 +1,7 @@
 """MLflow tracking: a campaign is a parent run, every trial attempt (OOMs included) a child.
 
 With ``adapters.mlflow_runs`` (what a run holds, and reading runs back) and
-``bank.mlflow`` (the experience bank's MLflow store), the only modules in infrarsi that
+``adapters.mlflow_bank`` (the experience bank's MLflow store), the only modules in infrarsi that
 talk to MLflow. It uses ``MlflowClient`` with explicit run ids (no global active run), so
 one ``Tracker`` may be shared by threads.
 

@@ -22,6 +22,7 @@ def add_parser(sub: Any) -> None:
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     forget = bsub.add_parser("forget", help="remove a campaign from the bank")
     forget.add_argument("campaign_id")
+    b.set_defaults(func=run)
 
 
 def _features(d: dict) -> str:

@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--no-bank", action="store_true", help="neither read nor write the experience bank (--bank off)")
+    c.set_defaults(func=_campaign)
     i = sub.add_parser("init", help="write a starting spec from the command that launches your job",
                        usage="infrarsi init [-o SPEC] [--name NAME] [--no-dry-run] [--dry-run-timeout S] [--force] "
                              "-- python train.py --batch_size=12 ...")
@@ -62,9 +63,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds the dry run may take before it is stopped (default: %(default)s)")
     i.add_argument("--force", action="store_true", help="overwrite an existing spec")
     i.add_argument("job", nargs=argparse.REMAINDER, help="the launch command, after --")
+    i.set_defaults(func=_init)
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
     r.add_argument("dir", help="the campaign folder (<data>/campaigns/<campaign-id>, or under --out)")
     r.add_argument("--json", action="store_true", help="print the campaign's JSON summary as the last line")
+    r.set_defaults(func=_report)
     bank_cli.add_parser(sub)
     m = sub.add_parser("compare", help="compare the campaigns of an MLflow store: one table, one plot")
     m.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else the machine's "
@@ -73,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--hardware", help="only campaigns whose hardware hash or description contains this")
     m.add_argument("--plot", default="compare.png", help="where the best-so-far plot goes (default: %(default)s)")
     m.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    m.set_defaults(func=_compare)
     return p
 
 
@@ -80,20 +84,17 @@ def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
     """(the most trials a campaign with ``options`` can run, trials already recorded), for the bar."""
     from infrarsi.contract.spec_load import load_spec
     from infrarsi.core.ledger import Ledger
-    from infrarsi.stages.budget import trial_cap
+    from infrarsi.stages.budget import campaign_cap
     from infrarsi.stages.init import builtin_spec_path, git_spec, load_campaign
 
     if options.resume:
         contract, cdir = load_campaign(Path(options.resume))
-        spec, done = contract.spec, len({t.trial_id for t in Ledger(cdir.ledger).trials()})
-        remembered = cdir.read_json(cdir.options) if cdir.options.exists() else {}
-        budget = options.budget or remembered.get("budget") or spec.budget.num_trials
-    elif options.spec and git_spec(options.spec):
+        done = len({t.trial_id for t in Ledger(cdir.ledger).trials()})
+        return campaign_cap(contract.spec, options.resumed(cdir)), done
+    if options.spec and git_spec(options.spec):
         return 0, 0  # cloned by init: not known yet
-    else:
-        spec, done = load_spec(options.spec or builtin_spec_path()), 0  # fails fast, before Prefect or Ray
-        budget = options.budget or spec.budget.num_trials
-    return trial_cap(spec, budget), done
+    spec = load_spec(options.spec or builtin_spec_path())  # fails fast, before Prefect or Ray
+    return campaign_cap(spec, options), 0
 
 
 def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:
@@ -148,7 +149,13 @@ def _console_logs_to(path: Path):
             logging.root.addHandler(h)
 
 
-def _campaign(args: argparse.Namespace) -> dict:
+def _campaign(args: argparse.Namespace) -> int:
+    summary = _run_campaign(args)
+    _print_summary(summary, args.json, warnings_shown=True)  # each printed as it was raised
+    return 0
+
+
+def _run_campaign(args: argparse.Namespace) -> dict:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     options = CampaignOptions.parse({**{k: getattr(args, k) for k in CampaignOptions.model_fields},
@@ -267,7 +274,7 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> dict:
+def _report(args: argparse.Namespace) -> int:
     from infrarsi.core.workspace import CampaignDir
     from infrarsi.stages.report.report import build_report, summarize
 
@@ -277,25 +284,18 @@ def _report(args: argparse.Namespace) -> dict:
         raise InfrarsiError(f"{root} {what}: pass the folder a campaign ran in, <data>/campaigns/<campaign-id> "
                             "(or under the --out folder it was given): the folder of the report path it printed")
     build_report(root)
-    return summarize(CampaignDir(root))
+    _print_summary(summarize(CampaignDir(root)), args.json)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "bank":
-            return bank_cli.run(args)
-        if args.command == "init":
-            return _init(args)
-        if args.command == "compare":
-            return _compare(args)
-        summary = _campaign(args) if args.command == "campaign" else _report(args)
+        return args.func(args)
     except InfrarsiError as exc:
         print(" ".join([f"infrarsi: error: {exc}", *getattr(exc, "__notes__", [])]), file=sys.stderr)
         return 2
     except OSError as exc:  # a folder or file given that cannot be read or written
         print(f"infrarsi: error: {exc}", file=sys.stderr)
         return 2
-    _print_summary(summary, args.json, warnings_shown=args.command == "campaign")
-    return 0
 

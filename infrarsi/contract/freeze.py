@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from infrarsi.contract.spec_load import parse_spec
-from infrarsi.core.errors import ContractError
 from infrarsi.core.files import sha256_file
 from infrarsi.core.spec import CampaignSpec
 
@@ -48,12 +47,6 @@ class Contract:
             if not path.is_file() or sha256_file(path) != digest:
                 changed.append(rel)
         return changed
-
-    def assert_locked_intact(self) -> None:
-        changed = self.changed_locked_files()
-        if changed:
-            raise ContractError(f"locked files changed outside any trial: {changed} in {self.workdir}; "
-                                "restore them (git checkout) or start a new campaign")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

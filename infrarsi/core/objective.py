@@ -32,11 +32,3 @@ def run_time_s(result: TrialResult, steps: float | None) -> float:
     assert result.step_time_s is not None, "only an ok run has an objective"
     return job_time_s(result.step_time_s, result.startup_s, steps)
 
-
-def break_even_steps(baseline_step_s: float, baseline_startup_s: float, step_s: float, startup_s: float) -> float | None:
-    """Steps after which a config that starts slower but steps faster has paid its start-up
-    back; None when it never does (not faster per step) or starts no slower (from step 0)."""
-    extra_startup, saved = startup_s - baseline_startup_s, baseline_step_s - step_s
-    if extra_startup <= 0:
-        return 0.0 if saved > 0 else None
-    return extra_startup / saved if saved > 0 else None

@@ -8,11 +8,15 @@ campaign folder or an MLflow run behind.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infrarsi.core.errors import SpecError
+
+if TYPE_CHECKING:
+    from infrarsi.core.spec import CampaignSpec
+    from infrarsi.core.workspace import CampaignDir
 
 # The proposers' registry names (tests/test_options.py checks they match the registry).
 ProposerName = Literal["engine", "gp", "greedy", "random", "tpe"]
@@ -85,3 +89,12 @@ class CampaignOptions(BaseModel):
         """These options, with ``remembered`` filling the persisted fields left unset."""
         fill = {k: v for k, v in remembered.items() if k in PERSISTED and getattr(self, k) is None}
         return self.model_copy(update=fill)
+
+    def resumed(self, cdir: "CampaignDir") -> "CampaignOptions":
+        """These options over what the campaign in ``cdir`` remembers: an option not given
+        again is the one the campaign ran with."""
+        return self.over(cdir.remembered_options())
+
+    def search_budget(self, spec: "CampaignSpec") -> int:
+        """Search trials: ``budget``, else the spec's ``budget.num_trials``."""
+        return self.budget or spec.budget.num_trials

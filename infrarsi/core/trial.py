@@ -31,7 +31,6 @@ class Role(str, enum.Enum):
     VERIFY_BASELINE = "verify_baseline"  # the baseline half of a verification pair
     CALIBRATE = "calibrate"  # legitimate variants that calibrate the loss tolerance
     MINIMIZE = "minimize"  # the winner, and the winner less one change, measured for each change's share
-    MINIMIZE_BASELINE = "minimize_baseline"  # the baseline half of those rounds
 
 
 # One place decides what an out-of-memory looks like. Patterns are the real messages of

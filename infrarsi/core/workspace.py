@@ -137,11 +137,12 @@ class CampaignDir:
     @property
     def tracking_uri(self) -> str:
         """The MLflow store this campaign logs to: the one fixed at init, else the machine's."""
-        if self.options.exists():
-            uri = self.read_json(self.options).get("tracking_uri")
-            if uri:
-                return uri
-        return default_tracking_uri()
+        return self.remembered_options().get("tracking_uri") or default_tracking_uri()
+
+    def remembered_options(self) -> dict[str, Any]:
+        """The options this campaign runs with, as resolved at init or the last resume
+        (``CampaignOptions.resumed``); none for a folder from before options.json."""
+        return self.read_json(self.options) if self.options.exists() else {}
 
     def write_json(self, path: Path, data: Any) -> None:
         """Atomic: a campaign killed mid-write leaves the old file or the new one."""

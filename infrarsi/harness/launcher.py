@@ -45,8 +45,10 @@ TREE_REFRESH_S = 0.1
 STAMP_LATENCY_S = 0.002
 GIL_SWITCH_INTERVAL_S = 1e-4
 METRICS_ENV = METRICS_FILE_ENV
-# Set by Ray in its workers; the job's own thread knobs must decide, not the pool.
-_INHERITED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS_RAY")
+# Thread counts the job would inherit from the process that launches it: Ray sets
+# OMP_NUM_THREADS in its workers (to the actor's CPUs). The job's own settings (the spec's
+# env, a threads knob) must decide, not the pool.
+_INHERITED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,10 @@
 
 The branch holds ``infrarsi_promoted.toml`` next to the workload, with the promoted knob
 values, the launch command that carries them and the evidence, plus the code change of
-every patch the promoted config switches on; the commit message carries the audit. The user's checkout is never touched (a separate worktree).
+every patch the promoted config switches on; the commit message carries the audit. The user's
+checkout is never touched (a separate worktree). The file is written by tomlkit, so any value
+(quotes, inf, NaN) reads back as written; TOML has no null, so a value not set (no job length
+declared, no canary verdict) is left out and named in a comment.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Mapping
+
+import tomlkit
 
 from infrarsi.contract.freeze import Contract
 from infrarsi.core.workspace import CampaignDir
@@ -20,8 +25,16 @@ from infrarsi.stages.run.verify import Verdict, VerificationReport
 PROMOTED_FILE = "infrarsi_promoted.toml"
 
 
-def _toml_value(v: Any) -> str:
-    return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+def _table(values: Mapping[str, Any], *, inline: bool = False) -> Any:
+    """A TOML table of ``values``. TOML has no null: a key whose value is None is left out
+    and, in a block table, named in a comment so that a reader sees it was not set."""
+    table = tomlkit.inline_table() if inline else tomlkit.table()
+    for key, value in values.items():
+        if value is not None:
+            table.add(key, value)
+        elif not inline:
+            table.add(tomlkit.comment(f"{key}: not set"))
+    return table
 
 
 def promoted_file(contract: Contract, doctor: DoctorReport, verification: VerificationReport) -> str:
@@ -30,22 +43,22 @@ def promoted_file(contract: Contract, doctor: DoctorReport, verification: Verifi
     spec = contract.spec
     argv, env = render_command(spec, spec.space, v.config)
     argv = ["python" if a == argv[0] and spec.command[0] == "{python}" else a for a in argv]
-    lines = [f"# Promoted by infrarsi campaign {contract.campaign_id}.",
-             f"# Verified speedup {v.speedup:.3f}x (90% CI {v.ci_low:.3f}-{v.ci_high:.3f}) over the baseline.",
-             "", "[config]"]
-    lines += [f"{k} = {_toml_value(val)}" for k, val in v.config.items()]
-    lines += ["", "[launch]", f"command = {json.dumps(argv)}",
-              "env = {" + ", ".join(f"{k} = {json.dumps(val)}" for k, val in env.items()) + "}",
-              "", "[evidence]", f"campaign_id = {json.dumps(contract.campaign_id)}",
-              f"contract_hash = {json.dumps(contract.contract_hash)}",
-              f"baseline_step_time_s = {doctor.step_time_s:.6f}",
-              f"speedup = {v.speedup:.4f}", f"ci_low = {v.ci_low:.4f}", f"ci_high = {v.ci_high:.4f}",
-              f"step_speedup = {(v.step_speedup or v.speedup):.4f}",
-              *([f"job_steps = {v.job_steps:.0f}"] if v.job_steps is not None else []),
-              *([f"canary_effective = {_toml_value(verification.canary_effective)}"]
-                if verification.canary_effective is not None else []),
-              f"pairs = {json.dumps([list(p) for p in v.pairs])}", ""]
-    return "\n".join(lines)
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment(f"Promoted by infrarsi campaign {contract.campaign_id}."))
+    doc.add(tomlkit.comment(f"Verified speedup {v.speedup:.3f}x (90% CI {v.ci_low:.3f}-{v.ci_high:.3f}) "
+                            "over the baseline."))
+    doc.add(tomlkit.nl())
+    doc.add("config", _table(v.config))
+    doc.add("launch", _table({"command": argv, "env": _table(env, inline=True)}))
+    doc.add("evidence", _table({
+        "campaign_id": contract.campaign_id, "contract_hash": contract.contract_hash,
+        "baseline_step_time_s": round(doctor.step_time_s, 6), "speedup": round(v.speedup, 4),
+        "ci_low": round(v.ci_low, 4), "ci_high": round(v.ci_high, 4),
+        "step_speedup": round(v.step_speedup or v.speedup, 4),
+        "job_steps": None if v.job_steps is None else round(v.job_steps),
+        "canary_effective": verification.canary_effective,
+        "pairs": [list(p) for p in v.pairs]}))
+    return tomlkit.dumps(doc)
 
 
 def _canary_line(verification: VerificationReport, v: Verdict) -> str:

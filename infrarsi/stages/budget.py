@@ -20,8 +20,10 @@ from typing import Iterable
 
 from infrarsi.contract.numerics import campaign_changing_knobs, class_of, feasible_classes
 from infrarsi.core.errors import InfrarsiError
+from infrarsi.core.options import CampaignOptions
 from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.trial import Role, TrialResult
+from infrarsi.core.workspace import CampaignDir
 
 
 class TrialBudgetExhausted(InfrarsiError):
@@ -59,6 +61,17 @@ def trial_cap(spec: CampaignSpec, num_trials: int) -> int:
     return doctor_trials(spec) + num_trials + verify
 
 
+def campaign_cap(spec: CampaignSpec, options: CampaignOptions) -> int:
+    """The trial cap of a campaign run with ``options``: every caller's, so that the
+    runtime, the progress bar and the report agree."""
+    return trial_cap(spec, options.search_budget(spec))
+
+
+def recorded_cap(spec: CampaignSpec, cdir: CampaignDir) -> int:
+    """The trial cap of the campaign in ``cdir``, with the options it remembers."""
+    return campaign_cap(spec, CampaignOptions().resumed(cdir))
+
+
 STAGES = ("doctor", "search", "verification", "minimization")
 
 
@@ -68,7 +81,7 @@ def stage_of(role: Role, job_seed: int | None) -> str:
         return "doctor" if role is Role.DOCTOR or job_seed is None else "verification"
     if role is Role.SEARCH:
         return "search"
-    return "minimization" if role in (Role.MINIMIZE, Role.MINIMIZE_BASELINE) else "verification"
+    return "minimization" if role is Role.MINIMIZE else "verification"
 
 
 def trials_by_stage(trials: Iterable[TrialResult]) -> dict[str, int]:

@@ -15,6 +15,10 @@
 - The claim of ``contract.loss_signal`` is checked on the honest splits: a per-step loss
   that moves by more than ``SPLIT_CLAIM_LIMIT`` under an honest split is not a function of
   the global batch, and doctor stops with what to set instead.
+
+Verification's loss check at its canary seeds (``canary_loss_check``) uses these classes
+and references too, and minimization reads the settings calibration found inert
+(``inert_knobs``).
 """
 
 from __future__ import annotations
@@ -207,7 +211,8 @@ def canary_loss_check(contract: ContractSpec, loss_contract: LossContract, basel
     """The loss check at a canary seed: each candidate against a run of its own numerics
     class's reference config at that seed (the baseline run for the baseline's numerics;
     the others run here with ``run_reference``, once per class among ``configs``), at the
-    class's tolerance. Verification and minimization both use it.
+    class's tolerance. Verification checks every arm of its plan with it; minimization runs
+    no trial and reads the arms verification checked.
 
     How far an honest change moves the loss depends on the seed: at one canary seed of the
     built-in debug job a loss spike amplified the honest splits' fp32 deviation from ~5e-8

@@ -86,7 +86,7 @@ def resolved_options(options: CampaignOptions, spec: CampaignSpec) -> dict:
     tracking_uri = options.tracking_uri or default_tracking_uri()
     if tracking_uri.startswith("sqlite:///"):
         Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    budget = options.budget or spec.budget.num_trials
+    budget = options.search_budget(spec)
     check_cap(spec, budget)  # a cap that leaves the search nothing stops here, before any trial
     return {**options.persisted(), "proposer": proposer, "budget": budget, "tracking_uri": tracking_uri}
 
@@ -97,7 +97,7 @@ def start_campaign(options: CampaignOptions) -> tuple[Contract, CampaignDir, Cam
     checked is checked before the campaign folder exists."""
     if options.resume:
         contract, cdir = load_campaign(Path(options.resume))
-        remembered = cdir.read_json(cdir.options) if cdir.options.exists() else {}
+        remembered = cdir.remembered_options()
         resolved = options.over(remembered)
         now = resolved_options(resolved, contract.spec)
         warnings = probe_outside_systems(contract.spec, now)
@@ -116,7 +116,7 @@ def start_campaign(options: CampaignOptions) -> tuple[Contract, CampaignDir, Cam
 
             shutil.rmtree(checkout, ignore_errors=True)
         raise
-    return contract, cdir, options.model_copy(update=cdir.read_json(cdir.options))
+    return contract, cdir, options.model_copy(update=cdir.remembered_options())
 
 
 def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | None = None,

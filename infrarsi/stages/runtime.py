@@ -29,7 +29,7 @@ from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
 from infrarsi.harness.command import render_command
 from infrarsi.harness.launcher import TrialRequest
-from infrarsi.stages.budget import TrialBudgetExhausted, trial_cap
+from infrarsi.stages.budget import TrialBudgetExhausted, recorded_cap
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class RuntimeSettings:
     tracking_uri: str | None = None  # "none": no MLflow (the ledger stays the record)
     in_process: bool = False  # trials one at a time from this process, without Ray
     concurrency: int | None = None
-    max_trials: int | None = None  # the campaign's trial cap; None: the spec's (trial_budget.trial_cap)
+    max_trials: int | None = None  # the campaign's trial cap; None: the folder's (stages.budget.recorded_cap)
     bank: str | None = None  # experience bank: a path, "mlflow+<URI>", "off", or None for INFRARSI_BANK / the default
     # Logged on the MLflow parent run over the spec's values: what this campaign actually used.
     parent_params: Mapping[str, Any] = field(default_factory=dict)
@@ -64,7 +64,10 @@ class _NoTracking:
 
 
 class CampaignRuntime:
-    def __init__(self, contract: Contract, cdir: CampaignDir, settings: RuntimeSettings) -> None:
+    def __init__(self, contract: Contract, cdir: CampaignDir, settings: RuntimeSettings, *,
+                 pool: Pool | None = None) -> None:
+        """``pool``: trial slots to run on instead of the backend's own (a test's in-process
+        pool); after ``drop_pool`` the backend makes the next one."""
         self.contract, self.cdir, self.settings = contract, cdir, settings
         self.spec = contract.spec
         self.space = self.spec.space
@@ -84,14 +87,14 @@ class CampaignRuntime:
             tags={"infrarsi.hardware": contract.hardware_hash, "infrarsi.job": self.spec.name,
                   "infrarsi.hardware_desc": _hardware_desc(contract)})
         self.backend = backend_of(self.spec)
-        self._pool: Pool | None = None
+        self._pool = pool
         self._requests: dict[str, TrialRequest] = {}
         # Ids continue after every trial folder, recorded or not: a trial orphaned by a killed
         # campaign may still be writing into its folder when the campaign resumes.
         recorded = {t.trial_id for t in self.ledger.trials()}
         existing = [p.name for p in cdir.trials.glob("t[0-9]*")] + list(recorded)
         self._num_ids = max((int(n[1:]) for n in existing if n[1:].isdigit()), default=0)
-        self.max_trials = settings.max_trials or trial_cap(self.spec, self.spec.budget.num_trials)
+        self.max_trials = settings.max_trials or recorded_cap(self.spec, cdir)
         self._counted = self._finished()  # trials finished or started here: what the cap counts
 
     def _finished(self) -> set[str]:

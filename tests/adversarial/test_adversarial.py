@@ -90,8 +90,7 @@ def arena(tmp_path_factory):
     refs.append(f"cheats/{replay_cheat(cheats, ref.losses).name}")
     contract, cdir = init_campaign(write_spec(tmp, ["cached_causal_mask", "checkpoint_lm_head", *refs]),
                                    tmp / "out")
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings())
-    rt._pool = InProcessPool()
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(), pool=InProcessPool())
     baseline = rt.space.validate(contract.spec.baseline)
     doctor = run_doctor(rt)  # the tolerances a default campaign calibrates
     results = {}

@@ -73,6 +73,4 @@ def write_spec(tmp: Path, signal: str, patches: list[str] = (), *, window: int =
 
 def runtime(tmp: Path, signal: str, patches: list[str] = (), **kw) -> CampaignRuntime:
     contract, cdir = init_campaign(write_spec(tmp, signal, patches, **kw), tmp / "out")
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings())
-    rt._pool = InProcessPool()
-    return rt
+    return CampaignRuntime(contract, cdir, RuntimeSettings(), pool=InProcessPool())

@@ -46,8 +46,7 @@ def campaign(tmp_path_factory):
         "[resources]", "max_foreign_load_cores = 1000",
         "[budget]", "doctor_repeats = 3", "doctor_max_repeats = 3", ""]))
     contract, cdir = init_campaign(spec, tmp / "out")
-    rt = CampaignRuntime(contract, cdir, RuntimeSettings())
-    rt._pool = InProcessPool()
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(), pool=InProcessPool())
     yield rt, run_doctor(rt)
     rt.close()
 

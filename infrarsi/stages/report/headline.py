@@ -136,7 +136,7 @@ def campaign_headline(cdir: CampaignDir, s: Mapping[str, Any], *, trials: Sequen
     """The headline of the campaign in ``cdir``, from its summary ``s``, its ledger's
     ``trials``, its final verification and its search record (each may be empty)."""
     spec = cdir.read_json(cdir.contract)["spec"]
-    options = cdir.read_json(cdir.options) if cdir.options.exists() else {}
+    options = cdir.remembered_options()
     apply_json = cdir.root / "apply.json"
     repository = cdir.read_json(apply_json).get("repository") if apply_json.exists() else None
     lines = warnings(s, trials, search_budget=search.get("budget"),

@@ -22,7 +22,7 @@ from infrarsi.core.ledger import Ledger
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
 from infrarsi.record.campaign import final_verification, promoted_verdict
-from infrarsi.stages.budget import trial_cap, trials_by_stage
+from infrarsi.stages.budget import recorded_cap, trials_by_stage
 from infrarsi.stages.report import plots
 from infrarsi.stages.report.blocks import config_diff, fmt_bytes, fmt_config, fmt_s, readable, table
 from infrarsi.stages.report.headline import campaign_headline, outcome_counts
@@ -94,9 +94,7 @@ def _max_trials(cdir: CampaignDir, contract: dict[str, Any]) -> int:
     """The campaign's trial cap, as its runtime computed it (budget from options.json)."""
     from infrarsi.contract.freeze import Contract
 
-    spec = Contract.from_json(contract).spec
-    options = cdir.read_json(cdir.options) if cdir.options.exists() else {}
-    return trial_cap(spec, options.get("budget") or spec.budget.num_trials)
+    return recorded_cap(Contract.from_json(contract).spec, cdir)
 
 
 def _campaign_wall_s(cdir: CampaignDir) -> float | None:
