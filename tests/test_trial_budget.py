@@ -1,6 +1,8 @@
 """One trial cap for the whole campaign: every stage keeps within it, and the progress bar's
 total is the most trials a campaign can run (real stages on the simulator, without Ray)."""
 
+import json
+
 import pytest
 
 from infrarsi.cli.main import _expected_trials
@@ -8,8 +10,8 @@ from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import SpecError
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.options import CampaignOptions
-from infrarsi.core.trial import Role
-from infrarsi.stages.budget import TrialBudgetExhausted, doctor_trials, trial_cap, trials_by_stage
+from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.stages.budget import TrialBudgetExhausted, doctor_trials, stage_of, trial_cap, trials_by_stage
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import builtin_spec_path, init_campaign
 from infrarsi.stages.report.report import summarize
@@ -86,3 +88,16 @@ def test_the_runtime_the_progress_bar_and_the_report_take_the_budget_the_campaig
     assert _expected_trials(CampaignOptions(resume=str(cdir.root))) == (cap, 0)
     # a budget given again on resume wins over the remembered one
     assert _expected_trials(CampaignOptions(resume=str(cdir.root), budget=8)) == (trial_cap(contract.spec, 8), 0)
+
+
+def test_a_ledger_from_before_minimization_stopped_measuring_baselines_still_reads(tmp_path):
+    """Older ledgers name the baseline half of minimization's rounds "minimize_baseline": the
+    report and a resume must still read them, as minimization runs."""
+
+    result = TrialResult(trial_id="t1", role=Role.MINIMIZE, config={}, outcome=Outcome.OK)
+    old = {**result.to_json(), "role": "minimize_baseline"}
+    (tmp_path / "ledger.jsonl").write_text(json.dumps({"kind": "trial", **old}) + "\n")
+    [read] = Ledger(tmp_path / "ledger.jsonl").trials()
+    assert read.role is Role.MINIMIZE and stage_of(read.role, 1) == "minimization"
+    with pytest.raises(ValueError):
+        Role("no_such_role")

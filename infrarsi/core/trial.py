@@ -32,6 +32,12 @@ class Role(str, enum.Enum):
     CALIBRATE = "calibrate"  # legitimate variants that calibrate the loss tolerance
     MINIMIZE = "minimize"  # the winner, and the winner less one change, measured for each change's share
 
+    @classmethod
+    def _missing_(cls, value: object) -> "Role | None":
+        # Ledgers written before minimization stopped measuring its own baselines name the
+        # baseline half of those rounds "minimize_baseline": read it as a minimization run.
+        return cls.MINIMIZE if value == "minimize_baseline" else None
+
 
 # One place decides what an out-of-memory looks like. Patterns are the real messages of
 # the allocators and runtimes; anything else that fails is a crash, never silently an OOM.
