@@ -94,7 +94,7 @@ def test_a_ledger_from_before_minimization_stopped_measuring_baselines_still_rea
     """Older ledgers name the baseline half of minimization's rounds "minimize_baseline": the
     report and a resume must still read them, as minimization runs."""
 
-    result = TrialResult(trial_id="t1", role=Role.MINIMIZE, config={}, outcome=Outcome.OK)
+    result = TrialResult(trial_id="t1", role=Role.MINIMIZE, config={}, outcome=Outcome.OK, step_time_s=0.1)
     old = {**result.to_json(), "role": "minimize_baseline"}
     (tmp_path / "ledger.jsonl").write_text(json.dumps({"kind": "trial", **old}) + "\n")
     [read] = Ledger(tmp_path / "ledger.jsonl").trials()
