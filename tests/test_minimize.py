@@ -12,6 +12,7 @@ import pytest
 from infrarsi.bank.campaign import campaign_record
 from infrarsi.contract.checks import enforce
 from infrarsi.core.trial import Outcome, Role
+from infrarsi.record.campaign import read_minimize
 from infrarsi.stages.apply import commit_message
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
@@ -126,7 +127,7 @@ def test_a_job_that_ignores_the_seed_gets_no_canary_check(noop_campaign):
     s = summarize(rt.cdir)
     assert s["canary_effective"] is False
     assert "canary ineffective" in render_markdown(rt.cdir)
-    message = commit_message(rt.contract, doctor, final, rt.cdir.read_json(rt.cdir.minimize))
+    message = commit_message(rt.contract, doctor, final, read_minimize(rt.cdir))
     assert "canary ineffective" in message and "canary seeds of the pairs" not in message
 
 

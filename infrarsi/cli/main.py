@@ -269,7 +269,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> dict:
     from infrarsi.core.workspace import CampaignDir
-    from infrarsi.stages.report.report import build_report, summarize
+    from infrarsi.record.campaign import read_summary
+    from infrarsi.stages.report.report import build_report
 
     root = Path(args.dir).resolve()
     if not (root / "contract.json").is_file():
@@ -277,7 +278,7 @@ def _report(args: argparse.Namespace) -> dict:
         raise InfrarsiError(f"{root} {what}: pass the folder a campaign ran in, <data>/campaigns/<campaign-id> "
                             "(or under the --out folder it was given): the folder of the report path it printed")
     build_report(root)
-    return summarize(CampaignDir(root))
+    return read_summary(CampaignDir(root))
 
 
 def main(argv: list[str] | None = None) -> int:
