@@ -5,8 +5,9 @@ still loads. A real campaign folder from ``init``; nothing runs."""
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
+import numpy as np
 import pytest
 from test_minimize import _spec
 
@@ -24,7 +25,14 @@ from infrarsi.record.campaign import (
 )
 from infrarsi.record.doctor import DoctorReport
 from infrarsi.record.minimize import Contribution, MinimizeReport
-from infrarsi.record.verification import LEAVE_ONE_OUT, Arm, ChangeEvidence, Verdict, VerificationPlan, VerificationReport
+from infrarsi.record.verification import (
+    LEAVE_ONE_OUT,
+    Arm,
+    ChangeEvidence,
+    Verdict,
+    VerificationPlan,
+    VerificationReport,
+)
 from infrarsi.stages.init import init_campaign
 
 BASELINE = {"sleep": 0.3, "noop": "a", "cap": False}
@@ -44,7 +52,8 @@ def _doctor(losses: tuple[float, ...]) -> DoctorReport:
                             splits=({"sleep": 0.15},))
     return DoctorReport(baseline=BASELINE, trial_ids=("t0001", "t0002"), step_time_s=0.3, run_step_times_s=(0.3, 0.31),
                         noise_cv=0.01, within_run_cv=0.02, reference_losses=(2.5, 2.4), loss_tolerance=1e-5,
-                        loss_tolerance_source="calibrated", calibration=({"config": {"sleep": 0.15}, "deviation": None},),
+                        loss_tolerance_source="calibrated",
+                        calibration=({"config": {"sleep": 0.15}, "deviation": None},),
                         peak_memory_bytes=2**28, phases_s={"forward_s": 0.1}, tokens_per_step=2048,
                         noise={"weak": False, "noise_cv": 0.01}, startup_s=1.5, loss_contract=contract)
 
@@ -131,6 +140,12 @@ def test_a_folder_written_in_an_older_shape_still_loads(folder):
     del plan["margin"]
     cdir.write_json(cdir.plan, {**plan, "noise_floor": 0.02})
     assert read_plan(cdir).margin == 0.02
+
+    # a value JSON has no type for is written as its str, as json.dumps(default=str) writes it
+    odd = TrialResult(trial_id="t2", config=BASELINE, role=Role.SEARCH, outcome=Outcome.OK, step_time_s=0.1,
+                      peak_memory_bytes=np.int64(5), extra={"contaminated": np.bool_(False)})
+    assert json.loads(json.dumps(odd.to_json(), default=str)) == json.loads(json.dumps(asdict(odd) | {
+        "role": "search", "outcome": "ok"}, default=str))
 
     # a ledger or bank row that wrote None for an empty reason and sequences
     row = json.loads(json.dumps({"trial_id": "t1", "config": BASELINE, "role": "search", "outcome": "crash",

@@ -25,8 +25,10 @@ def _adapter(cls: type) -> TypeAdapter:
 
 
 def dump(obj: Any) -> dict[str, Any]:
-    """``obj`` (a dataclass record) as plain JSON data."""
-    return _adapter(type(obj)).dump_python(obj, mode="json")
+    """``obj`` (a dataclass record) as plain JSON data. A value JSON has no type for (a numpy
+    integer in a trial's ``extra``) is written as its ``str``, as ``CampaignDir.write_json``
+    and the ledger write what ``json`` cannot."""
+    return _adapter(type(obj)).dump_python(obj, mode="json", fallback=str, warnings=False)
 
 
 def load(cls: type[T], data: Mapping[str, Any]) -> T:

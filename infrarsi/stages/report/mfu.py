@@ -76,7 +76,8 @@ def _flops_per_token(resources: Mapping[str, Any], start: Mapping[str, Any]) -> 
 def campaign_mfu(*, spec: Mapping[str, Any], hardware: Mapping[str, Any], starts: Mapping[str, Mapping[str, Any]],
                  doctor: DoctorReport | None, promoted: Verdict | None) -> dict[str, Any]:
     """Baseline and promoted MFU for the summary: ``starts`` maps trial ids to their start
-    events, ``doctor`` and ``promoted`` are doctor's report and the promoted verdict. Every field is None where it cannot be measured (CPU, unknown device, no FLOPs)."""
+    events, ``doctor`` and ``promoted`` are doctor's report and the promoted verdict. Every
+    field is None where it cannot be measured (CPU, unknown device, no FLOPs)."""
     out: dict[str, Any] = {"baseline_mfu": None, "promoted_mfu": None, "mfu_basis": None}
     resources = spec.get("resources") or {}
     tokens = spec.get("contract", {}).get("global_batch_tokens")
