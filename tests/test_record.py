@@ -12,6 +12,7 @@ import pytest
 from test_minimize import _spec
 
 from infrarsi.contract.loss_contract import ClassReference, LossContract
+from infrarsi.contract.noise import estimate_noise
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.record.campaign import (
     final_verification,
@@ -55,7 +56,8 @@ def _doctor(losses: tuple[float, ...]) -> DoctorReport:
                         loss_tolerance_source="calibrated",
                         calibration=({"config": {"sleep": 0.15}, "deviation": None},),
                         peak_memory_bytes=2**28, phases_s={"forward_s": 0.1}, tokens_per_step=2048,
-                        noise={"weak": False, "noise_cv": 0.01}, startup_s=1.5, loss_contract=contract)
+                        noise=estimate_noise([0.3, 0.31], [[0.3, 0.29, 0.31]]), startup_s=1.5,
+                        loss_contract=contract)
 
 
 def _verdict(config: dict, speedup: float, promoted: bool, **kw) -> Verdict:
@@ -124,9 +126,10 @@ def test_every_record_round_trips_through_the_campaign_folder(folder):
 def test_a_folder_written_in_an_older_shape_still_loads(folder):
     _, cdir = folder
     doctor = _doctor(losses=(2.6, 2.5)).to_json()
-    cdir.write_json(cdir.doctor, {**doctor, "loss_contract": {}, "retired_field": 1})  # before the loss contract
+    # before the loss contract and the noise estimate were kept
+    cdir.write_json(cdir.doctor, {**doctor, "loss_contract": {}, "noise": {}, "retired_field": 1})
     old = read_doctor(cdir)
-    assert old.loss_contract is None and old.loss_reference.losses == old.reference_losses == (2.5, 2.4)
+    assert old.loss_contract is None and old.noise is None and old.loss_reference.losses == old.reference_losses == (2.5, 2.4)
 
     verdict = _verdict(BASELINE, 2.0, True).to_json()
     del verdict["margin"], verdict["canary_seeds"]

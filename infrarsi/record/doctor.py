@@ -7,11 +7,12 @@ from typing import Any, Mapping
 
 from infrarsi.contract.loss_contract import LossContract
 from infrarsi.contract.loss_reference import LossReference
+from infrarsi.contract.noise import NoiseEstimate
 from infrarsi.core.knobs import Config
 from infrarsi.core.serial import Record
 
-# Changes when a field of the report changes its type (2: loss_contract a LossContract, no
-# longer a dict): a report Prefect cached for reuse was pickled in the old shape, and the
+# Changes when a field of the report changes its type (2: loss_contract a LossContract and
+# noise a NoiseEstimate, no longer dicts): a report Prefect cached for reuse was pickled in the old shape, and the
 # doctor cache key carries this so such a report is measured again instead of reused.
 FORMAT = 2
 
@@ -32,7 +33,7 @@ class DoctorReport(Record):
     phases_s: Mapping[str, float]
     tokens_per_step: int | None
     extra: Mapping[str, Any] = field(default_factory=dict)
-    noise: Mapping[str, Any] = field(default_factory=dict)  # NoiseEstimate.to_json(): how noise_cv was found
+    noise: NoiseEstimate | None = None  # how noise_cv was found (None: a report made before it was kept)
     startup_s: float = 0.0  # median start-up of the baseline runs
     loss_contract: LossContract | None = None  # None: a report made before doctor calibrated one
 
@@ -46,5 +47,5 @@ class DoctorReport(Record):
 
     @classmethod
     def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A report made without a loss contract wrote an empty one."""
-        return {**data, "loss_contract": data.get("loss_contract") or None}
+        """A report made without a loss contract or a noise estimate wrote an empty one."""
+        return {**data, "loss_contract": data.get("loss_contract") or None, "noise": data.get("noise") or None}

@@ -103,7 +103,7 @@ def run_doctor(rt: CampaignRuntime) -> DoctorReport:
     report = DoctorReport(
         baseline=dict(runs[0].config), trial_ids=tuple(r.trial_id for r in runs),
         step_time_s=statistics.median(medians), run_step_times_s=tuple(medians), noise_cv=noise.noise_cv,
-        within_run_cv=noise.within_run_cv, noise=noise.to_json(), startup_s=statistics.median(
+        within_run_cv=noise.within_run_cv, noise=noise, startup_s=statistics.median(
             r.startup_s or 0.0 for r in used), reference_losses=tuple(reference), loss_tolerance=tol,
         loss_tolerance_source=source,
         calibration=tuple(rows), peak_memory_bytes=max(r.peak_memory_bytes or 0 for r in runs),

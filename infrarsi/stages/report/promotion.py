@@ -33,7 +33,7 @@ def promotion_summary(verification: VerificationReport | None, minimize: Minimiz
         "canary_note": verification.canary_note if verification else "",
         "noise_cv": doctor.noise_cv if doctor else None,
         "practical_margin": verification.margin if verification else None,
-        "noise_estimate_weak": doctor.noise.get("weak") if doctor else None,
+        "noise_estimate_weak": doctor.noise.weak if doctor and doctor.noise else None,
     }
 
 
@@ -127,16 +127,16 @@ def noise_bullets(doctor: DoctorReport, verification: VerificationReport | None)
     n = doctor.noise
     if not n:
         return [f"noise: CV {doctor.noise_cv:.2%}, within-run CV {doctor.within_run_cv:.2%}"]
-    out = [f"noise of one run's median step time {n['noise_cv']:.2%}: the larger of the between-run CV's 90% "
-           f"upper bound {n['between_run_cv_upper']:.2%} (measured {n['between_run_cv']:.2%} over {n['num_runs']} "
-           f"runs) and the within-run spread {n['within_run_cv']:.2%} as the error of a run's median "
-           f"({n['within_run_median_cv']:.2%})"]
-    if n["weak"]:
-        out.append(f"**the noise estimate is weak**: {n['num_runs']} baseline runs (budget.doctor_max_repeats "
+    out = [f"noise of one run's median step time {n.noise_cv:.2%}: the larger of the between-run CV's 90% "
+           f"upper bound {n.between_run_cv_upper:.2%} (measured {n.between_run_cv:.2%} over {n.num_runs} "
+           f"runs) and the within-run spread {n.within_run_cv:.2%} as the error of a run's median "
+           f"({n.within_run_median_cv:.2%})"]
+    if n.weak:
+        out.append(f"**the noise estimate is weak**: {n.num_runs} baseline runs (budget.doctor_max_repeats "
                    "allowed no more); treat small speedups with care")
     if verification and verification.observed_noise_cv is not None:
         seen = verification.observed_noise_cv
-        verdict = ("above doctor's estimate" if seen > n["noise_cv"] else "within doctor's estimate")
+        verdict = ("above doctor's estimate" if seen > n.noise_cv else "within doctor's estimate")
         out.append(f"the largest per-run noise the verification pairs showed: {seen:.2%} ({verdict})")
     return out
 

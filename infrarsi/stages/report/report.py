@@ -19,9 +19,9 @@ from infrarsi.contract.freeze import Contract
 from infrarsi.contract.loss_reference import pct
 from infrarsi.contract.numerics import describe
 from infrarsi.core.ledger import Ledger
+from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
-from infrarsi.core.spec import CampaignSpec
 from infrarsi.record.campaign import final_verification, read_contract, read_doctor, read_minimize
 from infrarsi.record.doctor import DoctorReport
 from infrarsi.record.verification import VerificationReport
