@@ -172,6 +172,7 @@ def worker(spec_path: Path, out: Path, noise: float) -> dict:
         if not t.extra.get("retried"):
             counts[_stage(t.role.value, t.extra.get("job_seed"))] += 1
     promoted = final.promoted
+    # read as JSON: this worker may run an older infrarsi (``--before``), without infrarsi.record
     changes = cdir.read_json(cdir.plan).get("changes", {}) if cdir.plan.exists() else {}
     base = true(contract.spec.baseline)
     return {"trials": {s: counts[s] for s in STAGES}, "promoted": dict(promoted.config) if promoted else None,
@@ -260,27 +261,28 @@ def kept_of_found(campaign_dir: Path) -> dict:
     the fastest cleared arm's, from their runs in the rounds both ran (same baseline run
     each round: the geometric mean of fastest / promoted step time), and the changes dropped
     although their measured contribution's interval lies above 1."""
-    verification = json.loads((campaign_dir / "verification.json").read_text())
-    minimize_path = campaign_dir / "minimize.json"
-    minimize = json.loads(minimize_path.read_text()) if minimize_path.exists() else {}
-    final = minimize.get("final", verification)
-    cleared = [v for v in final["verdicts"] if v.get("clears")]
-    promoted = next((v for v in final["verdicts"] if v["promoted"]), None)
-    dropped = [c["knob"] for c in minimize.get("contributions", [])
-               if not c["kept"] and c.get("source") == "measured" and (c.get("ci_low") or 0) > 1]
+    from infrarsi.core.workspace import CampaignDir
+    from infrarsi.record.campaign import final_verification, read_minimize, read_verification
+
+    cdir = CampaignDir(campaign_dir)
+    verification, minimize, final = read_verification(cdir), read_minimize(cdir), final_verification(cdir)
+    cleared = [v for v in final.verdicts if v.clears]
+    promoted = next((v for v in final.verdicts if v.promoted), None)
+    dropped = [c.knob for c in (minimize.contributions if minimize else ())
+               if not c.kept and c.source == "measured" and (c.ci_low or 0) > 1]
     if not cleared or promoted is None:
         return {"kept_of_fastest": None, "fastest_arm": None, "dropped_paying": dropped}
-    fastest = max(cleared, key=lambda v: v["speedup"])
+    fastest = max(cleared, key=lambda v: v.speedup)
     times = {}
     for line in (campaign_dir / "ledger.jsonl").read_text().splitlines():
         e = json.loads(line)
         if e.get("kind") == "trial" and not e.get("extra", {}).get("retried"):
             times[e["trial_id"]] = e.get("step_time_s")
-    logs = [math.log(times[r["runs"][fastest["arm"]]] / times[r["runs"][promoted["arm"]]])
-            for r in verification["rounds"] if fastest["arm"] in r["runs"] and promoted["arm"] in r["runs"]
-            and times.get(r["runs"][fastest["arm"]]) and times.get(r["runs"][promoted["arm"]])]
-    return {"kept_of_fastest": math.exp(statistics.fmean(logs)) if logs else None, "fastest_arm": fastest["arm"],
-            "promoted_arm": promoted["arm"], "dropped_paying": dropped}
+    logs = [math.log(times[r["runs"][fastest.arm]] / times[r["runs"][promoted.arm]])
+            for r in verification.rounds if fastest.arm in r["runs"] and promoted.arm in r["runs"]
+            and times.get(r["runs"][fastest.arm]) and times.get(r["runs"][promoted.arm])]
+    return {"kept_of_fastest": math.exp(statistics.fmean(logs)) if logs else None, "fastest_arm": fastest.arm,
+            "promoted_arm": promoted.arm, "dropped_paying": dropped}
 
 
 def cpu_part(runs: int, protocols: list[str], tmp: Path, before: str, keep: Path | None = None) -> list[dict]:

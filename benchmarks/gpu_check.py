@@ -207,10 +207,9 @@ def _peak(trials, ids) -> int | None:
 
 def loss_tolerances(doctor) -> list[dict]:
     """The tolerance doctor calibrated for each numerics class, the baseline's first."""
-    from infrarsi.contract.loss_contract import LossContract
     from infrarsi.contract.numerics import describe
 
-    classes = LossContract.from_json(doctor.loss_contract).classes
+    classes = doctor.loss_contract.classes
     return [{"class": describe(c.settings), "tolerance": c.tolerance, "honest_score": c.honest_score,
              "failure": c.failure} for c in classes]
 
@@ -219,25 +218,24 @@ def findings(cdir, doctor, probe) -> dict:
     """What the check prints, from the campaign folder."""
     from infrarsi.core.ledger import Ledger
     from infrarsi.core.trial import Outcome
-    from infrarsi.record.campaign import final_verification
+    from infrarsi.record.campaign import promoted as promoted_verdict
+    from infrarsi.record.campaign import read_contract
     from infrarsi.stages.report.report import summarize
 
     summary = summarize(cdir)
     trials = Ledger(cdir.ledger).trials()
-    verification = final_verification(cdir) or {"verdicts": []}
-    promoted = next((v for v in verification["verdicts"] if v["promoted"] and v["config"] == summary["promoted_config"]),
-                    None)
-    capacity = int(cdir.read_json(cdir.contract)["spec"]["device"]["memory_capacity"])
+    promoted = promoted_verdict(cdir)
+    capacity = int(read_contract(cdir).spec.device.memory_capacity)
     ooms = [t for t in trials if t.outcome is Outcome.OOM] + ([probe] if probe is not None else [])
     return {
         "campaign_dir": str(cdir.root),
         "baseline_step_time_s": summary["baseline_step_time_s"], "baseline_mfu": summary["baseline_mfu"],
         "promoted_config": summary["promoted_config"], "promoted_mfu": summary["promoted_mfu"],
-        "promoted_step_time_s": statistics.median(promoted["candidate_times_s"]) if promoted else None,
+        "promoted_step_time_s": statistics.median(promoted.candidate_times_s) if promoted else None,
         "verified_speedup": summary["verified_speedup"], "speedup_ci": summary["speedup_ci"],
         "mfu_basis": summary["mfu_basis"], "capacity_bytes": capacity,
         "baseline_peak_bytes": doctor.peak_memory_bytes,
-        "promoted_peak_bytes": _peak(trials, {c for _, c in promoted["pairs"]}) if promoted else None,
+        "promoted_peak_bytes": _peak(trials, {c for _, c in promoted.pairs}) if promoted else None,
         "loss_tolerances": loss_tolerances(doctor), "loss_tolerance_source": doctor.loss_tolerance_source,
         "calibration": [dict(row) for row in doctor.calibration],
         "trials_by_outcome": summary["trials_by_outcome"],

@@ -9,8 +9,9 @@ from prefect import flow
 from infrarsi.core import progress
 from infrarsi.core.options import CampaignOptions
 from infrarsi.harness.process_guard import guard_campaign
+from infrarsi.record.campaign import read_summary
 from infrarsi.stages.budget import campaign_cap
-from infrarsi.stages.report.report import campaign_metrics, summarize
+from infrarsi.stages.report.report import campaign_metrics
 from infrarsi.stages.run import patching
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 from tasks.publish import name_flow_run, publish_task
@@ -50,11 +51,12 @@ def campaign(options: CampaignOptions = CampaignOptions()) -> dict[str, Any]:
         adopt_doctor_task(rt, doctor)
         search = search_task(rt, doctor, opts.proposer, opts.budget, experience_task(rt))
         verification = minimize_task(rt, doctor, verify_task(rt, doctor, search))
-        report_task(cdir)
-        apply_task(rt, doctor, verification)
-        report_task(cdir)  # again, so the report names the branch
-        bank_task(rt)
-        summary = summarize(cdir)
+        try:
+            apply_task(rt, doctor, verification)
+            bank_task(rt)
+        finally:  # built once: it names the branch and any warning the bank raised, or stands without them
+            report_task(cdir)
+        summary = read_summary(cdir)
         publish_task(cdir, summary)
         rt.finish(campaign_metrics(summary), tags={"infrarsi.branch": summary["branch"] or ""})
     except BaseException as exc:  # the MLflow parent run never stays RUNNING

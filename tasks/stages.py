@@ -39,14 +39,17 @@ from infrarsi.contract.freeze import Contract
 from infrarsi.core.errors import TrialInfrastructureError
 from infrarsi.core.options import CampaignOptions
 from infrarsi.core.workspace import CampaignDir
+from infrarsi.record.doctor import FORMAT as DOCTOR_FORMAT
+from infrarsi.record.doctor import DoctorReport
+from infrarsi.record.verification import VerificationReport
 from infrarsi.stages.apply import run_apply
-from infrarsi.stages.doctor import DoctorReport, adopt_doctor, cached_doctor_trials, run_doctor
+from infrarsi.stages.doctor import adopt_doctor, cached_doctor_trials, run_doctor
 from infrarsi.stages.init import start_campaign
 from infrarsi.stages.report.report import build_report
 from infrarsi.stages.run.evidence import plan_verification
 from infrarsi.stages.run.minimize import run_minimize
 from infrarsi.stages.run.search import SearchOutcome, run_search
-from infrarsi.stages.run.verify import VerificationReport, run_verification
+from infrarsi.stages.run.verify import run_verification
 from infrarsi.stages.runtime import CampaignRuntime
 
 INFRA_FAULTS = (TrialInfrastructureError,)
@@ -81,14 +84,14 @@ def _doctor_cache_key(context: Any, inputs: dict[str, Any]) -> str:
     are the same: the contract (the spec's workload and every locked file's hash: what
     ``infrarsi init`` saw the job read), the machine, the source, the Python, torch and GPU
     driver versions, doctor's budget (repeats, timeout) and the trial seeds. Where the
-    campaign runs does not enter the key."""
+    campaign runs does not enter the key; the report's format does (``infrarsi.record.doctor.FORMAT``)."""
     from infrarsi.harness.machine import software
 
     c: Contract = inputs["rt"].contract
     b, seed = c.spec.budget, c.spec.search.seed
     versions = hashlib.sha256(json.dumps(software(), sort_keys=True).encode()).hexdigest()[:12]
     return (f"infrarsi-doctor-{c.contract_hash}-{c.hardware_hash}-{c.source_hash}-{versions}"
-            f"-r{b.doctor_repeats}-m{b.doctor_max_repeats}-t{b.trial_timeout_s:g}-s{seed}")
+            f"-r{b.doctor_repeats}-m{b.doctor_max_repeats}-t{b.trial_timeout_s:g}-s{seed}-f{DOCTOR_FORMAT}")
 
 
 @task(name="init", cache_policy=NO_CACHE)

@@ -9,7 +9,8 @@ from infrarsi.core.workspace import CampaignDir
 from infrarsi.stages.apply import run_apply
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.report.report import build_report, campaign_metrics, summarize
+from infrarsi.record.campaign import read_summary
+from infrarsi.stages.report.report import build_report, campaign_metrics
 from infrarsi.stages.run.evidence import plan_verification
 from infrarsi.stages.run.minimize import run_minimize
 from infrarsi.stages.run.search import run_search
@@ -39,7 +40,7 @@ def run_staged(tmp: Path, *, name: str, proposer: str, store: str, num_trials: i
             verification = run_minimize(rt, doctor, verification)
             run_apply(contract, cdir, doctor, verification, parent_run_id=rt.parent_run_id)
         build_report(cdir.root)
-        summary = summarize(cdir)
+        summary = read_summary(cdir)
         rt.finish(campaign_metrics(summary), tags={"infrarsi.branch": summary["branch"] or ""})
     finally:
         rt.close()

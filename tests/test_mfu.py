@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from infrarsi.stages.report.accelerators import detect_device_names, lookup
+from infrarsi.record.doctor import DoctorReport
+from infrarsi.record.verification import Verdict
 from infrarsi.stages.report.mfu import campaign_mfu, mfu
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -51,9 +53,13 @@ def test_mfu_reproduces_the_gpt2_small_figures_measured_on_an_h200():
 
 def _campaign(resources, hardware_gpus, start):
     spec = {"resources": resources, "contract": {"global_batch_tokens": 65536}}
-    doctor = {"trial_ids": ["t0001", "t0002"], "step_time_s": 2.0}
-    promoted = {"source_trial_id": "t0010", "pairs": [["t0020", "t0021"], ["t0022", "t0023"]],
-                "candidate_times_s": [0.19, 0.21, 0.2]}
+    doctor = DoctorReport(baseline={}, trial_ids=("t0001", "t0002"), step_time_s=2.0, run_step_times_s=(2.0, 2.0),
+                          noise_cv=0.0, within_run_cv=0.0, reference_losses=(), loss_tolerance=0.0,
+                          loss_tolerance_source="", calibration=(), peak_memory_bytes=0, phases_s={},
+                          tokens_per_step=None)
+    promoted = Verdict(config={}, source_trial_id="t0010", pairs=(("t0020", "t0021"), ("t0022", "t0023")),
+                       baseline_times_s=(2.0, 2.0), candidate_times_s=(0.19, 0.21, 0.2), speedup=10.0, ci_low=9.0,
+                       ci_high=11.0, promoted=True, reason="")
     starts = {t: start for t in ("t0001", "t0002", "t0010", "t0021", "t0023")}
     return campaign_mfu(spec=spec, hardware={"gpus": hardware_gpus}, starts=starts, doctor=doctor, promoted=promoted)
 

@@ -12,6 +12,7 @@ import pytest
 from infrarsi.bank.campaign import campaign_record
 from infrarsi.contract.checks import enforce
 from infrarsi.core.trial import Outcome, Role
+from infrarsi.record.campaign import read_minimize
 from infrarsi.stages.apply import commit_message
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
@@ -126,14 +127,14 @@ def test_a_job_that_ignores_the_seed_gets_no_canary_check(noop_campaign):
     s = summarize(rt.cdir)
     assert s["canary_effective"] is False
     assert "canary ineffective" in render_markdown(rt.cdir)
-    message = commit_message(rt.contract, doctor, final, rt.cdir.read_json(rt.cdir.minimize))
+    message = commit_message(rt.contract, doctor, final, read_minimize(rt.cdir))
     assert "canary ineffective" in message and "canary seeds of the pairs" not in message
 
 
 def test_doctor_adds_repeats_while_its_noise_estimate_is_weak(noop_campaign):
     rt, doctor, _, _ = noop_campaign
-    assert len(doctor.trial_ids) == 5 and not doctor.noise["weak"]  # the spec asked for 3
-    assert doctor.noise_cv >= doctor.noise["within_run_median_cv"]
+    assert len(doctor.trial_ids) == 5 and not doctor.noise.weak  # the spec asked for 3
+    assert doctor.noise_cv >= doctor.noise.within_run_median_cv
 
 
 # 8 steps, not 10: at 10 compile loses by 0.25 s in 1.75 s, which a loaded machine's start-up
@@ -154,7 +155,7 @@ def test_a_compile_like_change_is_promoted_only_when_its_start_up_is_repaid(tmp_
     assert final.promoted.config["compile"] == ("on" if compile_kept else "off")
     assert final.promoted.config["sleep"] == 0.15
     assert verification.canary_effective is True  # this job honours the seed
-    assert doctor.noise["weak"]  # 3 runs allowed, 5 wanted
+    assert doctor.noise.weak  # 3 runs allowed, 5 wanted
     trials = rt.ledger.trials()
     compiled = [t for t in trials if t.outcome is Outcome.OK and t.config["compile"] == "on"]
     assert min(t.startup_s for t in compiled) > 0.8

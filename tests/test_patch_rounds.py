@@ -61,7 +61,7 @@ def campaign(tmp: Path, ref, *, llm_url: str | None = None, name: str = "c",
     if calibrated:  # doctor's class-aware loss contract, from the reference run and the spec's variants
         losses, rows = calibrate_loss(rt, [ref])
         doctor = dataclasses.replace(doctor, loss_tolerance=losses.tolerance, loss_tolerance_source="calibrated",
-                                     calibration=tuple(rows), loss_contract=losses.to_json())
+                                     calibration=tuple(rows), loss_contract=losses)
     adopt_doctor(rt, doctor)
     return rt, doctor
 

@@ -14,7 +14,8 @@ from infrarsi.contract.freeze import Contract
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
-from infrarsi.record.campaign import final_verification, promoted_verdict
+from infrarsi.record.campaign import promoted as promoted_verdict
+from infrarsi.record.campaign import read_contract, read_doctor
 
 __all__ = ["campaign_experience", "campaign_features", "campaign_record", "experience_for", "record_campaign"]
 
@@ -85,17 +86,17 @@ def _cost_fields(cost: dict | None) -> dict:
 
 def campaign_record(cdir: CampaignDir) -> CampaignRecord:
     """The bank's record of a finished campaign folder."""
-    contract = Contract.from_json(cdir.read_json(cdir.contract))
+    contract = read_contract(cdir)
     ledger = Ledger(cdir.ledger)
     trials = [r for r in ledger.trials() if not r.extra.get("retried")]
     hw, wl = campaign_features(contract, trials)
     search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
     describe = search.get("describe") or {}
-    doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else {}
+    doctor = read_doctor(cdir)
     measured = list(trials)
     if doctor and not any(r.role is Role.DOCTOR for r in trials):  # doctor came from the cache
-        measured.append(TrialResult(trial_id="doctor", config=dict(doctor["baseline"]), role=Role.DOCTOR,
-                                    outcome=Outcome.OK, step_time_s=doctor["step_time_s"]))
+        measured.append(TrialResult(trial_id="doctor", config=dict(doctor.baseline), role=Role.DOCTOR,
+                                    outcome=Outcome.OK, step_time_s=doctor.step_time_s))
     patches = []
     for e in ledger.events():
         if e["kind"] == "patch_accepted":
@@ -113,13 +114,13 @@ def campaign_record(cdir: CampaignDir) -> CampaignRecord:
                     for p in describe.get("memory_prices") or ())
     # What stands promoted after minimization, which may have dropped changes the
     # verification's winner held.
-    verdict = promoted_verdict(final_verification(cdir))
-    promoted = verdict["config"] if verdict else None
+    verdict = promoted_verdict(cdir)
+    promoted = dict(verdict.config) if verdict else None
     return CampaignRecord(
         id=contract.campaign_id, name=contract.spec.name, backend=contract.spec.backend,
         proposer=search.get("proposer", contract.spec.search.proposer), hardware=hw, workload=wl,
         baseline=dict(contract.spec.space.validate(contract.spec.baseline)),
-        baseline_step_time_s=doctor.get("step_time_s"),
+        baseline_step_time_s=doctor.step_time_s if doctor else None,
         trials=tuple(r for r in measured if r.role in (Role.DOCTOR, Role.SEARCH)), effects=effects,
         prior_revision=describe.get("prior_revision"), promoted=promoted, patches=tuple(patches))
 

@@ -82,5 +82,5 @@ def record_from_json(d: Mapping[str, Any]) -> CampaignRecord:
         id=d["id"], name=d["name"], backend=d["backend"], proposer=d["proposer"], hardware=d["hardware"],
         workload=d["workload"], baseline=d["baseline"], baseline_step_time_s=d["baseline_step_time_s"],
         promoted=d["promoted"], effects=tuple(d["effects"] or ()), prior_revision=d["prior_revision"],
-        trials=tuple(TrialResult.from_json({**t, "reason": t["reason"] or ""}) for t in d["trials"]),
+        trials=tuple(TrialResult.from_json(t) for t in d["trials"]),  # a None reason reads as ""
         patches=tuple(dict(p) for p in d["patches"]))

@@ -114,7 +114,7 @@ class Bank:
             promoted=json.loads(row[8]), effects=tuple(json.loads(row[9]) or ()), prior_revision=json.loads(row[10]),
             trials=tuple(TrialResult.from_json({"trial_id": t[0], "role": t[1], "config": json.loads(t[2]),
                                                 "outcome": t[3], "step_time_s": t[4], "peak_memory_bytes": t[5],
-                                                "reason": t[6] or ""}) for t in trials),
+                                                "reason": t[6]}) for t in trials),
             patches=tuple({"name": p[0], "source": p[1], "accepted": bool(p[2]), "reason": p[3],
                            "log_time_effect": p[4], "patch": json.loads(p[5])} for p in patches))
 

@@ -276,7 +276,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from infrarsi.core.workspace import CampaignDir
-    from infrarsi.stages.report.report import build_report, summarize
+    from infrarsi.record.campaign import read_summary
+    from infrarsi.stages.report.report import build_report
 
     root = Path(args.dir).resolve()
     if not (root / "contract.json").is_file():
@@ -284,7 +285,7 @@ def _report(args: argparse.Namespace) -> int:
         raise InfrarsiError(f"{root} {what}: pass the folder a campaign ran in, <data>/campaigns/<campaign-id> "
                             "(or under the --out folder it was given): the folder of the report path it printed")
     build_report(root)
-    _print_summary(summarize(CampaignDir(root)), args.json)
+    _print_summary(read_summary(CampaignDir(root)), args.json)
     return 0
 
 

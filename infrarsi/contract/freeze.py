@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from infrarsi.contract.spec_load import parse_spec
 from infrarsi.core.files import sha256_file
+from infrarsi.core.serial import Record
 from infrarsi.core.spec import CampaignSpec
 
 
 @dataclass(frozen=True, kw_only=True)
-class Contract:
+class Contract(Record):
     campaign_id: str
     spec: CampaignSpec
     spec_source: str
@@ -49,18 +50,15 @@ class Contract:
         return changed
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["spec"] = self.spec.model_dump(mode="json")
-        d["workdir"] = str(self.workdir)
-        d["spec_hash"], d["contract_hash"] = self.spec_hash, self.contract_hash
-        return d
+        """With the spec's and the contract's hashes, for a reader of the file (loading ignores them)."""
+        return {**super().to_json(), "spec_hash": self.spec_hash, "contract_hash": self.contract_hash}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Contract":
-        kw = {k: v for k, v in d.items() if k not in ("spec_hash", "contract_hash")}
-        spec_data = dict(kw["spec"])
+    def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The spec is parsed as init parsed it, its paths relative to its workload folder."""
+        if not isinstance(data.get("spec"), Mapping):
+            return data
+        spec_data = dict(data["spec"])
         base = Path(spec_data.pop("workload_dir"))
-        kw["spec"] = parse_spec({**spec_data, "workload_dir": "."}, source=kw["spec_source"], base_dir=base)
-        kw["workdir"] = Path(kw["workdir"])
-        kw["editable_files"] = tuple(kw["editable_files"])
-        return cls(**kw)
+        return {**data, "spec": parse_spec({**spec_data, "workload_dir": "."}, source=data["spec_source"],
+                                           base_dir=base)}

@@ -11,15 +11,16 @@ eval loss) is the spec's ``contract.loss_signal``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from infrarsi.contract.loss_reference import LossReference
 from infrarsi.contract.numerics import NumericsClass, class_config, class_of, describe
 from infrarsi.core.knobs import Config, Value
+from infrarsi.core.serial import Record
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClassReference:
+class ClassReference(Record):
     """The reference run of one numerics class and the tolerance its configs are held to."""
 
     settings: NumericsClass  # () for the baseline's own numerics
@@ -30,21 +31,9 @@ class ClassReference:
     honest_score: float | None = None  # the largest score of an honest run against the reference
     failure: str = ""  # why the class has no reference (its run failed)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"settings": [list(p) for p in self.settings], "losses": list(self.losses),
-                "eval_losses": list(self.eval_losses), "tolerance": self.tolerance,
-                "trial_ids": list(self.trial_ids), "honest_score": self.honest_score, "failure": self.failure}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "ClassReference":
-        return cls(settings=tuple((k, v) for k, v in d["settings"]), losses=tuple(d["losses"]),
-                   eval_losses=tuple(d.get("eval_losses", ())), tolerance=d["tolerance"],
-                   trial_ids=tuple(d.get("trial_ids", ())), honest_score=d.get("honest_score"),
-                   failure=d.get("failure", ""))
-
 
 @dataclass(frozen=True, kw_only=True)
-class LossContract:
+class LossContract(Record):
     signal: str  # "step", "window" or "eval"
     window: int
     baseline: Config
@@ -89,15 +78,3 @@ class LossContract:
             return None, f"the reference run in its numerics ({describe(cls)}) failed in doctor: {ref.failure}"
         name = "the baseline" if not cls else f"the {describe(cls)} reference"
         return self.reference(cls, ref.losses, ref.eval_losses, name), ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"signal": self.signal, "window": self.window, "baseline": dict(self.baseline),
-                "changing_knobs": list(self.changing_knobs), "classes": [c.to_json() for c in self.classes],
-                "warnings": list(self.warnings), "splits": [dict(v) for v in self.splits]}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "LossContract":
-        return cls(signal=d["signal"], window=d["window"], baseline=dict(d["baseline"]),
-                   changing_knobs=tuple(d["changing_knobs"]),
-                   classes=tuple(ClassReference.from_json(c) for c in d["classes"]),
-                   warnings=tuple(d.get("warnings", ())), splits=tuple(d.get("splits", ())))

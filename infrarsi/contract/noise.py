@@ -14,10 +14,12 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 from scipy import stats
+
+from infrarsi.core.serial import Record
 
 WEAK_BELOW_RUNS = 4
 UPPER_BOUND_CONFIDENCE = 0.90
@@ -26,7 +28,7 @@ MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 
 
 @dataclass(frozen=True, kw_only=True)
-class NoiseEstimate:
+class NoiseEstimate(Record):
     noise_cv: float  # a diagnostic, and a prior on what paired runs can tell apart
     between_run_cv: float
     between_run_cv_upper: float
@@ -34,9 +36,6 @@ class NoiseEstimate:
     within_run_median_cv: float  # that spread as the sampling error of one run's median
     num_runs: int
     weak: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def cv(values: Sequence[float]) -> float:

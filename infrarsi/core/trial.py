@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from infrarsi.core.knobs import Value
+from infrarsi.core.serial import Record
 
 
 class Outcome(str, enum.Enum):
@@ -63,7 +64,7 @@ def is_out_of_memory(text: str) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrialResult:
+class TrialResult(Record):
     """The immutable record of one trial attempt, as written to the ledger.
 
     ``step_time_s`` is the harness-measured median step time over the contract's measured
@@ -107,22 +108,11 @@ class TrialResult:
         """An OOM is a right-censored memory observation: peak >= capacity."""
         return self.outcome is Outcome.OOM
 
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["config"] = dict(self.config)
-        d["role"] = self.role.value
-        d["outcome"] = self.outcome.value
-        return d
-
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "TrialResult":
-        names = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in names}
-        kw["role"] = Role(kw["role"])
-        kw["outcome"] = Outcome(kw["outcome"])
-        for k in ("step_times_s", "losses", "eval_losses", "patches"):
-            kw[k] = tuple(kw.get(k) or ())
-        return cls(**kw)
+    def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Older ledgers and bank rows wrote None for an empty reason or sequence."""
+        empty = {k: () for k in ("step_times_s", "losses", "eval_losses", "patches") if data.get(k, ()) is None}
+        return {**data, **empty, **({"reason": ""} if data.get("reason", "") is None else {})}
 
     def replace(self, **changes: Any) -> "TrialResult":
         return dataclasses.replace(self, **changes)

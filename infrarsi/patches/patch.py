@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Mapping
@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 from infrarsi.core.errors import PatchError
 from infrarsi.core.files import glob_matches  # the rule that listed the locked files at init
 from infrarsi.core.knobs import patch_knob_name
+from infrarsi.core.serial import Record
 
 __all__ = ["BUILTIN_DIR", "Patch", "builtin_patches", "check_scope", "enabled_patches",
            "load_patches", "make_diff", "require_in_scope"]
@@ -57,7 +58,7 @@ _ABSOLUTE = re.compile(r"^(--- |\+\+\+ |diff --git a/|rename from |rename to |co
 
 
 @dataclass(frozen=True, kw_only=True)
-class Patch:
+class Patch(Record):
     name: str
     diff: str
     title: str
@@ -86,12 +87,6 @@ class Patch:
     def knob(self) -> str:
         return patch_knob_name(self.name)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Patch":
-        return cls(**{**d, **{k: tuple(d.get(k, ())) for k in _TUPLES}})
 
 
 def load_patch(folder: Path) -> Patch:

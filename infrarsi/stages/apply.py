@@ -19,8 +19,10 @@ import tomlkit
 from infrarsi.contract.freeze import Contract
 from infrarsi.core.workspace import CampaignDir
 from infrarsi.harness.command import render_command
-from infrarsi.stages.doctor import DoctorReport
-from infrarsi.stages.run.verify import Verdict, VerificationReport
+from infrarsi.record.campaign import read_minimize
+from infrarsi.record.doctor import DoctorReport
+from infrarsi.record.minimize import MinimizeReport
+from infrarsi.record.verification import Verdict, VerificationReport
 
 PROMOTED_FILE = "infrarsi_promoted.toml"
 
@@ -74,22 +76,22 @@ def _objective_line(v: Verdict) -> str:
             f"(per step: {v.step_speedup:.2f}x).")
 
 
-def _contribution_lines(minimize: Mapping[str, Any] | None) -> list[str]:
-    if not minimize or not minimize.get("contributions"):
+def _contribution_lines(minimize: MinimizeReport | None) -> list[str]:
+    if not minimize or not minimize.contributions:
         return []
     out = ["", "Each change (contribution > 1: it pays; measured by leaving it out, or predicted by the "
            "time model):"]
-    for c in minimize["contributions"]:
-        share = "-" if c["contribution"] is None else f"{c['contribution']:.2f}x"
-        ci = "" if c["ci_low"] is None else f" (90% CI {c['ci_low']:.2f}-{c['ci_high']:.2f})"
-        state = "kept" if c["kept"] else "DROPPED"
-        ground = f" ({c['ground']})" if c.get("ground") else ", inert in calibration" if c["inert"] else ""
-        out.append(f"- {c['knob']}={c['value']}: {share}{ci} {c.get('source', 'measured')}, {state}{ground}")
+    for c in minimize.contributions:
+        share = "-" if c.contribution is None else f"{c.contribution:.2f}x"
+        ci = "" if c.ci_low is None else f" (90% CI {c.ci_low:.2f}-{c.ci_high:.2f})"
+        state = "kept" if c.kept else "DROPPED"
+        ground = f" ({c.ground})" if c.ground else ", inert in calibration" if c.inert else ""
+        out.append(f"- {c.knob}={c.value}: {share}{ci} {c.source}, {state}{ground}")
     return out
 
 
 def commit_message(contract: Contract, doctor: DoctorReport, verification: VerificationReport,
-                   minimize: Mapping[str, Any] | None = None) -> str:
+                   minimize: MinimizeReport | None = None) -> str:
     v = verification.promoted
     # A patch knob added during the run is off in a baseline recorded before it existed.
     changed = {k: val for k, val in v.config.items()
@@ -113,10 +115,6 @@ def commit_message(contract: Contract, doctor: DoctorReport, verification: Verif
     ]) + "\n"
 
 
-def _minimize(cdir: CampaignDir) -> Mapping[str, Any] | None:
-    return cdir.read_json(cdir.minimize) if cdir.minimize.exists() else None
-
-
 def run_apply(contract: Contract, cdir: CampaignDir, doctor: DoctorReport, verification: VerificationReport,
               *, parent_run_id: str | None = None) -> dict[str, Any]:
     apply_json = cdir.root / "apply.json"
@@ -135,7 +133,7 @@ def run_apply(contract: Contract, cdir: CampaignDir, doctor: DoctorReport, verif
         commit = stage_branch(repo, branch, files={(rel_dir / PROMOTED_FILE).as_posix():
                                                    promoted_file(contract, doctor, verification)},
                               patches={p.name: p.diff for p in patches}, directory=rel_dir.as_posix(),
-                              message=commit_message(contract, doctor, verification, _minimize(cdir)),
+                              message=commit_message(contract, doctor, verification, read_minimize(cdir)),
                               # the branch is this campaign's own: one left by a campaign killed
                               # before apply.json was written is staged again, not an error
                               replace=True)

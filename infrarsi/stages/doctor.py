@@ -10,60 +10,19 @@ against it.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
 
+from infrarsi.contract import reproduce
 from infrarsi.contract.checks import enforce
 from infrarsi.contract.loss_contract import LossContract
-from infrarsi.contract.loss_reference import LossReference
-from infrarsi.contract import reproduce
 from infrarsi.contract.noise import NoiseEstimate, estimate_noise
 from infrarsi.core.errors import ContractError
-from infrarsi.core.knobs import Config
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.harness.command import render_command
 from infrarsi.harness.metrics_events import explain_baseline_failure
+from infrarsi.record.campaign import read_doctor, write
+from infrarsi.record.doctor import DoctorReport
 from infrarsi.stages.calibration import TOLERANCE_MARGIN, calibrate_loss
 from infrarsi.stages.runtime import CampaignRuntime
-
-
-@dataclass(frozen=True, kw_only=True)
-class DoctorReport:
-    baseline: Config
-    trial_ids: tuple[str, ...]
-    step_time_s: float  # median over runs of each run's median step time
-    run_step_times_s: tuple[float, ...]
-    noise_cv: float  # the noise of one run's median step time (infrarsi.contract.noise): a diagnostic and a prior
-    within_run_cv: float
-    reference_losses: tuple[float, ...]
-    loss_tolerance: float
-    loss_tolerance_source: str
-    calibration: tuple[Mapping[str, Any], ...]
-    peak_memory_bytes: int
-    phases_s: Mapping[str, float]
-    tokens_per_step: int | None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    noise: Mapping[str, Any] = field(default_factory=dict)  # NoiseEstimate.to_json(): how noise_cv was found
-    startup_s: float = 0.0  # median start-up of the baseline runs
-    loss_contract: Mapping[str, Any] = field(default_factory=dict)  # LossContract.to_json()
-
-    @property
-    def loss_reference(self) -> LossReference | LossContract:
-        """What trials are checked against: the class-aware loss contract doctor calibrated
-        (a report made without one: the baseline's losses at ``loss_tolerance``)."""
-        if self.loss_contract:
-            return LossContract.from_json(self.loss_contract)
-        return LossReference(losses=self.reference_losses, tolerance=self.loss_tolerance)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "DoctorReport":
-        kw = dict(d)
-        for k in ("trial_ids", "run_step_times_s", "reference_losses", "calibration"):
-            kw[k] = tuple(kw[k])
-        return cls(**kw)
 
 
 def _recorded(rt: CampaignRuntime, role: Role) -> list[TrialResult]:
@@ -132,8 +91,9 @@ def _calibrate(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[float, str
 
 
 def run_doctor(rt: CampaignRuntime) -> DoctorReport:
-    if rt.cdir.doctor.exists():  # resumed campaign: doctor already done
-        return DoctorReport.from_json(rt.cdir.read_json(rt.cdir.doctor))
+    done = read_doctor(rt.cdir)  # resumed campaign: doctor already done
+    if done is not None:
+        return done
     runs, noise = _baseline_runs(rt)
     used = _clean(runs)
     medians = [r.step_time_s for r in used]
@@ -143,13 +103,13 @@ def run_doctor(rt: CampaignRuntime) -> DoctorReport:
     report = DoctorReport(
         baseline=dict(runs[0].config), trial_ids=tuple(r.trial_id for r in runs),
         step_time_s=statistics.median(medians), run_step_times_s=tuple(medians), noise_cv=noise.noise_cv,
-        within_run_cv=noise.within_run_cv, noise=noise.to_json(), startup_s=statistics.median(
+        within_run_cv=noise.within_run_cv, noise=noise, startup_s=statistics.median(
             r.startup_s or 0.0 for r in used), reference_losses=tuple(reference), loss_tolerance=tol,
         loss_tolerance_source=source,
         calibration=tuple(rows), peak_memory_bytes=max(r.peak_memory_bytes or 0 for r in runs),
         phases_s={k: statistics.median(r.phases_s.get(k, 0.0) for r in runs) for k in phase_keys},
-        tokens_per_step=runs[0].tokens_per_step, loss_contract=loss_contract.to_json())
-    rt.cdir.write_json(rt.cdir.doctor, report.to_json())
+        tokens_per_step=runs[0].tokens_per_step, loss_contract=loss_contract)
+    write(rt.cdir, rt.cdir.doctor, report)
     return report
 
 
@@ -158,7 +118,7 @@ def adopt_doctor(rt: CampaignRuntime, report: DoctorReport) -> None:
     campaign measured the same locked workload on this machine), say so in the ledger."""
     if rt.cdir.doctor.exists():
         return
-    rt.cdir.write_json(rt.cdir.doctor, report.to_json())
+    write(rt.cdir, rt.cdir.doctor, report)
     rt.ledger.append("doctor_reused", {"trial_ids": list(report.trial_ids), "step_time_s": report.step_time_s})
 
 

@@ -16,6 +16,7 @@ from infrarsi.core.options import CampaignOptions
 from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.workspace import CampaignDir, default_campaigns_dir, default_tracking_uri
 from infrarsi.harness import machine
+from infrarsi.record.campaign import read_contract, write
 from infrarsi.stages.probes import probe_outside_systems
 
 BUILTIN_SPEC = Path(__file__).resolve().parents[2] / "workloads" / "gpt" / "campaign.toml"
@@ -150,7 +151,7 @@ def init_campaign(spec_path: Path | None, out_root: Path, *, campaign_id: str | 
         hardware=fp, hardware_hash=machine.fingerprint_hash(fp),
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
         extra=extra)
-    cdir.write_json(cdir.contract, contract.to_json())
+    write(cdir, cdir.contract, contract)
     return contract, cdir
 
 
@@ -183,7 +184,7 @@ def load_campaign(root: Path) -> tuple[Contract, CampaignDir]:
     cdir = CampaignDir(Path(root).resolve())
     if not cdir.contract.exists():
         raise ResumeError(f"{cdir.root} has no contract.json: it is not a campaign folder (or init never finished)")
-    return Contract.from_json(cdir.read_json(cdir.contract)), cdir
+    return read_contract(cdir), cdir
 
 
 def _source_hash(root: Path, rel_paths: list[str]) -> str:

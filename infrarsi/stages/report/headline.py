@@ -15,9 +15,10 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from infrarsi.core.ledger import Ledger
+from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.trial import Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
-from infrarsi.record.campaign import promoted_verdict
+from infrarsi.record.verification import Verdict, VerificationReport
 from infrarsi.stages.report.blocks import config_changes, fmt_change, fmt_s
 from infrarsi.stages.report.promotion import ground
 
@@ -28,9 +29,9 @@ def outcome_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in order if n) or "none"
 
 
-def promoted_step_time_s(promoted: Mapping[str, Any] | None) -> float | None:
+def promoted_step_time_s(promoted: Verdict | None) -> float | None:
     """The promoted config's step time: the median of its verification runs."""
-    times = (promoted or {}).get("candidate_times_s") or []
+    times = promoted.candidate_times_s if promoted else ()
     return statistics.median(times) if times else None
 
 
@@ -49,7 +50,7 @@ def _change_row(c: Mapping[str, Any], kept: bool) -> dict[str, Any]:
             "ground": ground(c) or "-", "kept": kept}
 
 
-def _mfu(s: Mapping[str, Any], trials: Sequence[TrialResult], promoted: Mapping[str, Any] | None) -> str | None:
+def _mfu(s: Mapping[str, Any], trials: Sequence[TrialResult], promoted: Verdict | None) -> str | None:
     """``MFU 25.6% -> 48.7%``: the summary's (from the device's peak), else the job's own
     reported MFU (a trial's ``extra["mfu"]``, which the simulator fills), said which."""
     if s.get("baseline_mfu") is not None:
@@ -57,7 +58,7 @@ def _mfu(s: Mapping[str, Any], trials: Sequence[TrialResult], promoted: Mapping[
         return f"MFU {s['baseline_mfu']:.1%} -> {after}"
     reported = {t.trial_id: t.extra.get("mfu") for t in trials if t.extra.get("mfu") is not None}
     before = [reported[t.trial_id] for t in trials if t.role is Role.DOCTOR and t.trial_id in reported]
-    after = [reported[c] for _, c in (promoted or {}).get("pairs", []) if c in reported]
+    after = [reported[c] for _, c in (promoted.pairs if promoted else ()) if c in reported]
     if not before:
         return None
     tail = f"{statistics.median(after):.1%}" if after else "-"
@@ -93,7 +94,7 @@ def warnings(s: Mapping[str, Any], trials: Sequence[TrialResult], *, search_budg
     return list(dict.fromkeys(out))
 
 
-def headline(s: Mapping[str, Any], *, trials: Sequence[TrialResult], promoted: Mapping[str, Any] | None,
+def headline(s: Mapping[str, Any], *, trials: Sequence[TrialResult], promoted: Verdict | None,
              baseline: Mapping[str, Any], repository: str | None, warning_lines: Sequence[str],
              num_verified: int) -> dict[str, Any]:
     """The headline as data: ``answer`` and ``interval`` (the big line), ``facts`` and
@@ -103,7 +104,7 @@ def headline(s: Mapping[str, Any], *, trials: Sequence[TrialResult], promoted: M
         lo, hi = s["speedup_ci"]
         what = "end to end" if s.get("end_to_end_speedup") is not None else "per step"
         answer = f"{_x(s['verified_speedup'])} faster {what}, verified"
-        interval = f"90% CI {_x(lo)} - {_x(hi)} over {len((promoted or {}).get('pairs', []))} interleaved pairs"
+        interval = f"90% CI {_x(lo)} - {_x(hi)} over {len(promoted.pairs if promoted else ())} interleaved pairs"
         if s.get("end_to_end_speedup") is not None:
             interval += f"; per step {_x(s['step_speedup'])}"
         facts = [f"step time {fmt_s(base_s)} -> {fmt_s(promoted_step_time_s(promoted))} (baseline -> promoted)"]
@@ -131,17 +132,17 @@ def llm_warnings(events: Iterable[Mapping[str, Any]]) -> list[str]:
     return [w for e in events if e.get("kind") == "priors" for w in (e.get("warnings") or [])]
 
 
-def campaign_headline(cdir: CampaignDir, s: Mapping[str, Any], *, trials: Sequence[TrialResult],
-                      verification: Mapping[str, Any], search: Mapping[str, Any]) -> dict[str, Any]:
-    """The headline of the campaign in ``cdir``, from its summary ``s``, its ledger's
-    ``trials``, its final verification and its search record (each may be empty)."""
-    spec = cdir.read_json(cdir.contract)["spec"]
+def campaign_headline(cdir: CampaignDir, s: Mapping[str, Any], *, spec: CampaignSpec, trials: Sequence[TrialResult],
+                      verification: VerificationReport | None, search: Mapping[str, Any]) -> dict[str, Any]:
+    """The headline of the campaign in ``cdir``, from its summary ``s``, its ``spec``, its
+    ledger's ``trials``, its final verification and its search record (each may be empty)."""
     options = cdir.remembered_options()
     apply_json = cdir.root / "apply.json"
     repository = cdir.read_json(apply_json).get("repository") if apply_json.exists() else None
     lines = warnings(s, trials, search_budget=search.get("budget"),
-                     asked_budget=options.get("budget") or spec["budget"]["num_trials"],
+                     asked_budget=options.get("budget") or spec.budget.num_trials,
                      llm_warnings=llm_warnings(Ledger(cdir.ledger).events()))
     return headline(s, trials=[t for t in trials if not t.extra.get("retried")],
-                    promoted=promoted_verdict(verification), baseline=spec["baseline"], repository=repository,
-                    warning_lines=lines, num_verified=len(verification.get("verdicts") or []))
+                    promoted=verification.promoted if verification else None, baseline=spec.baseline,
+                    repository=repository, warning_lines=lines,
+                    num_verified=len(verification.verdicts) if verification else 0)

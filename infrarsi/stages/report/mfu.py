@@ -16,6 +16,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from infrarsi.record.doctor import DoctorReport
+from infrarsi.record.verification import Verdict
 from infrarsi.stages.report.accelerators import lookup
 
 __all__ = ["MfuBasis", "campaign_mfu", "mfu", "mfu_basis"]
@@ -72,16 +74,16 @@ def _flops_per_token(resources: Mapping[str, Any], start: Mapping[str, Any]) -> 
 
 
 def campaign_mfu(*, spec: Mapping[str, Any], hardware: Mapping[str, Any], starts: Mapping[str, Mapping[str, Any]],
-                 doctor: Mapping[str, Any] | None, promoted: Mapping[str, Any] | None) -> dict[str, Any]:
+                 doctor: DoctorReport | None, promoted: Verdict | None) -> dict[str, Any]:
     """Baseline and promoted MFU for the summary: ``starts`` maps trial ids to their start
-    events, ``doctor`` and ``promoted`` are doctor's report and the promoted verdict (as
-    JSON). Every field is None where it cannot be measured (CPU, unknown device, no FLOPs)."""
+    events, ``doctor`` and ``promoted`` are doctor's report and the promoted verdict. Every
+    field is None where it cannot be measured (CPU, unknown device, no FLOPs)."""
     out: dict[str, Any] = {"baseline_mfu": None, "promoted_mfu": None, "mfu_basis": None}
     resources = spec.get("resources") or {}
     tokens = spec.get("contract", {}).get("global_batch_tokens")
     if doctor is None or not tokens:
         return out
-    baseline_start = next((starts[t] for t in doctor["trial_ids"] if t in starts), {})
+    baseline_start = next((starts[t] for t in doctor.trial_ids if t in starts), {})
     basis = mfu_basis(resources, hardware, baseline_start)
     if basis is None:
         return out
@@ -94,9 +96,9 @@ def campaign_mfu(*, spec: Mapping[str, Any], hardware: Mapping[str, Any], starts
         return mfu(flops_per_token=flops, tokens_per_step=tokens, step_time_s=step_time_s,
                    num_devices=basis.num_devices, peak_flops_per_device=basis.peak_flops_per_device)
 
-    out["baseline_mfu"] = of(baseline_start, doctor["step_time_s"])
-    if promoted and promoted.get("candidate_times_s"):
-        candidate_ids = [c for _, c in promoted["pairs"]]
-        start = next((starts[t] for t in candidate_ids if t in starts), starts.get(promoted["source_trial_id"], {}))
-        out["promoted_mfu"] = of(start, statistics.median(promoted["candidate_times_s"]))
+    out["baseline_mfu"] = of(baseline_start, doctor.step_time_s)
+    if promoted and promoted.candidate_times_s:
+        candidate_ids = [c for _, c in promoted.pairs]
+        start = next((starts[t] for t in candidate_ids if t in starts), starts.get(promoted.source_trial_id, {}))
+        out["promoted_mfu"] = of(start, statistics.median(promoted.candidate_times_s))
     return out

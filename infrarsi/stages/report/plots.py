@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 
 from infrarsi.core.objective import job_time_s
 from infrarsi.core.trial import Outcome, TrialResult
-from infrarsi.record.campaign import promoted_verdict
+from infrarsi.record.doctor import DoctorReport
+from infrarsi.record.verification import Verdict, VerificationReport
 from infrarsi.stages.report.blocks import fmt_change
 from infrarsi.stages.report.learned import log_interval
 
@@ -210,11 +211,11 @@ def time_vs_memory(path: Path, trials: Sequence[TrialResult], capacity_bytes: fl
     return True
 
 
-def verification_picture(path: Path, verdicts: Sequence[Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]],
+def verification_picture(path: Path, verdicts: Sequence[Verdict], rounds: Sequence[Mapping[str, Any]],
                  margin: float | None, margin_name: str) -> bool:
     """Each arm's ratio to the baseline run of its round (> 1: faster), round by round, and
     its final interval at the right; the line that a lower bound must clear."""
-    arms = [v for v in verdicts if v.get("baseline_times_s") and v.get("candidate_times_s")]
+    arms = [v for v in verdicts if v.baseline_times_s and v.candidate_times_s]
     if not arms:
         return False
     plt = _pyplot()
@@ -223,25 +224,25 @@ def verification_picture(path: Path, verdicts: Sequence[Mapping[str, Any]], roun
     last, shown = 0, []
     colours = plt.get_cmap("tab10").colors
     for k, v in enumerate(arms):
-        steps = v.get("job_steps")
-        starts_b = list(v.get("baseline_startups_s") or []) or [None] * len(v["baseline_times_s"])
-        starts_c = list(v.get("candidate_startups_s") or []) or [None] * len(v["candidate_times_s"])
+        steps = v.job_steps
+        starts_b = list(v.baseline_startups_s) or [None] * len(v.baseline_times_s)
+        starts_c = list(v.candidate_startups_s) or [None] * len(v.candidate_times_s)
         ratios = [job_time_s(b, sb, steps) / job_time_s(c, sc, steps)
-                  for b, c, sb, sc in zip(v["baseline_times_s"], v["candidate_times_s"], starts_b, starts_c)]
+                  for b, c, sb, sc in zip(v.baseline_times_s, v.candidate_times_s, starts_b, starts_c)]
         shown += ratios
-        xs = [round_of.get(p[0], i) for i, p in enumerate(v["pairs"][:len(ratios)], 1)]
+        xs = [round_of.get(p[0], i) for i, p in enumerate(v.pairs[:len(ratios)], 1)]
         last = max([last, *xs])
-        colour = PROMOTED if v["promoted"] else colours[(k + 1) % len(colours)]
+        colour = PROMOTED if v.promoted else colours[(k + 1) % len(colours)]
         # an arm's name lists the changes it leaves out: wrapped, so the legend stays the picture's width
-        name = textwrap.fill((v.get("arm") or f"arm {k + 1}") + (" (promoted)" if v["promoted"] else ""), 90)
-        ax.plot(xs, ratios, "o-", color=colour, lw=2.2 if v["promoted"] else 1, ms=4, label=name,
-                alpha=1 if v["promoted"] else 0.75)
+        name = textwrap.fill((v.arm or f"arm {k + 1}") + (" (promoted)" if v.promoted else ""), 90)
+        ax.plot(xs, ratios, "o-", color=colour, lw=2.2 if v.promoted else 1, ms=4, label=name,
+                alpha=1 if v.promoted else 0.75)
     for k, v in enumerate(arms):
-        if v.get("ci_low") is not None and v.get("speedup") is not None:
-            colour = PROMOTED if v["promoted"] else colours[(k + 1) % len(colours)]
+        if v.ci_low is not None and v.speedup is not None:
+            colour = PROMOTED if v.promoted else colours[(k + 1) % len(colours)]
             x = last + 0.5 + 0.15 * k
-            shown += [v["ci_low"], v["ci_high"]]
-            ax.errorbar(x, v["speedup"], yerr=[[v["speedup"] - v["ci_low"]], [max(v["ci_high"] - v["speedup"], 0)]],
+            shown += [v.ci_low, v.ci_high]
+            ax.errorbar(x, v.speedup, yerr=[[v.speedup - v.ci_low], [max(v.ci_high - v.speedup, 0)]],
                         fmt="s", color=colour, capsize=3, ms=4)
     ax.axhline(1, color=BASELINE, lw=1)
     if margin:
@@ -250,7 +251,7 @@ def verification_picture(path: Path, verdicts: Sequence[Mapping[str, Any]], roun
     _integer_axis(ax.xaxis)
     ax.set(xlabel="round (squares: each arm's final 90% interval)", ylabel="baseline / arm (> 1: faster)",
            title="Verification: each arm against the baseline, round by round")
-    _legend_below(ax, ncol=1 if any(len(v.get("arm") or "") > 30 for v in arms) else 2)
+    _legend_below(ax, ncol=1 if any(len(v.arm or "") > 30 for v in arms) else 2)
     _save(fig, path)
     return True
 
@@ -329,30 +330,30 @@ CAPTIONS = {
 }
 
 
-def draw(plots_dir: Path, *, search: Sequence[TrialResult], runs: Sequence[TrialResult], doctor: Mapping | None,
-         verification: Mapping | None, effects: Sequence[Mapping], capacity_bytes: float, baseline: Mapping,
+def draw(plots_dir: Path, *, search: Sequence[TrialResult], runs: Sequence[TrialResult], doctor: DoctorReport | None,
+         verification: VerificationReport | None, effects: Sequence[Mapping], capacity_bytes: float, baseline: Mapping,
          contributions_rows: Sequence[Mapping], margin: tuple[float | None, str]) -> tuple[list[Picture], list[str]]:
     """Every picture the records allow, under ``plots_dir``; the pictures drawn, and for
     each one that could not be, why. A picture not drawn this time is removed, so the
     folder never shows one from an earlier state."""
     plots_dir.mkdir(exist_ok=True)
-    verdicts = (verification or {}).get("verdicts") or []
-    promoted = promoted_verdict(verification)
+    verdicts = verification.verdicts if verification else ()
+    promoted = verification.promoted if verification else None
     peaks = {t.trial_id: t.peak_memory_bytes for t in runs}
-    promoted_peaks = [peaks[c] for _, c in (promoted or {}).get("pairs", []) if peaks.get(c)]
-    promoted_s = median_or_none((promoted or {}).get("candidate_times_s") or [])
-    baseline_s = doctor["step_time_s"] if doctor else None
+    promoted_peaks = [peaks[c] for _, c in (promoted.pairs if promoted else ()) if peaks.get(c)]
+    promoted_s = median_or_none(promoted.candidate_times_s if promoted else ())
+    baseline_s = doctor.step_time_s if doctor else None
     jobs = {
         "contributions": (lambda p: contributions(p, contributions_rows, *margin),
                           "minimization has not run (no minimize.json), or nothing was promoted"),
         "best_so_far": (lambda p: best_so_far(p, search, baseline_s, promoted_s), "no search trial finished ok"),
         "time_vs_memory": (lambda p: time_vs_memory(
-            p, search, capacity_bytes, (doctor["peak_memory_bytes"], baseline_s) if doctor else None,
+            p, search, capacity_bytes, (doctor.peak_memory_bytes, baseline_s) if doctor else None,
             (median_or_none(promoted_peaks), promoted_s) if promoted_peaks and promoted_s else None),
             "no search trial recorded both a step time and a peak memory"),
-        "verification": (lambda p: verification_picture(p, verdicts, (verification or {}).get("rounds") or [],
+        "verification": (lambda p: verification_picture(p, verdicts, verification.rounds if verification else (),
                                                          *margin), "nothing was verified"),
-        "learned": (lambda p: learned(p, effects, baseline, (promoted or {}).get("config")),
+        "learned": (lambda p: learned(p, effects, baseline, promoted.config if promoted else None),
                     "the search recorded no fitted model (only the engine proposer fits one)"),
     }
     drawn, missing = [], []

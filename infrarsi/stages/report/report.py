@@ -15,13 +15,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from infrarsi.contract.loss_contract import LossContract
+from infrarsi.contract.freeze import Contract
 from infrarsi.contract.loss_reference import pct
 from infrarsi.contract.numerics import describe
 from infrarsi.core.ledger import Ledger
+from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
-from infrarsi.record.campaign import final_verification, promoted_verdict
+from infrarsi.record.campaign import final_verification, read_contract, read_doctor, read_minimize
+from infrarsi.record.doctor import DoctorReport
+from infrarsi.record.verification import VerificationReport
 from infrarsi.stages.budget import recorded_cap, trials_by_stage
 from infrarsi.stages.report import plots
 from infrarsi.stages.report.blocks import config_diff, fmt_bytes, fmt_config, fmt_s, readable, table
@@ -55,21 +58,23 @@ def cost_by_outcome(trials: list[TrialResult]) -> dict[str, dict[str, float]]:
 
 
 def summarize(cdir: CampaignDir) -> dict[str, Any]:
-    """The JSON summary of a campaign, from its folder."""
-    contract = cdir.read_json(cdir.contract)
+    """The JSON summary of a campaign, from its folder (built once by ``build_report``, which
+    writes it to summary.json; ``infrarsi.record.campaign.read_summary`` reads it back)."""
+    contract = read_contract(cdir)
     trials = Ledger(cdir.ledger).trials()
-    doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
-    promoted = promoted_verdict(final_verification(cdir))
+    doctor = read_doctor(cdir)
+    verification = final_verification(cdir)
+    promoted = verification.promoted if verification else None
     ok_search = [t for t in trials if t.role is Role.SEARCH and t.outcome is Outcome.OK]
     costs = cost_by_outcome(trials)
     apply = cdir.read_json(cdir.root / "apply.json") if (cdir.root / "apply.json").exists() else {}
     return {
-        "campaign_id": contract["campaign_id"], "campaign_dir": str(cdir.root),
-        "baseline_step_time_s": doctor["step_time_s"] if doctor else None,
+        "campaign_id": contract.campaign_id, "campaign_dir": str(cdir.root),
+        "baseline_step_time_s": doctor.step_time_s if doctor else None,
         "best_step_time_s": min((t.step_time_s for t in ok_search), default=None),
-        "verified_speedup": promoted["speedup"] if promoted else None,
-        "speedup_ci": [promoted["ci_low"], promoted["ci_high"]] if promoted else None,
-        "promoted_config": promoted["config"] if promoted else None,
+        "verified_speedup": promoted.speedup if promoted else None,
+        "speedup_ci": [promoted.ci_low, promoted.ci_high] if promoted else None,
+        "promoted_config": dict(promoted.config) if promoted else None,
         "trials_by_outcome": {k: int(v["count"]) for k, v in sorted(costs.items()) if v["count"]},
         "attempts_by_outcome": {k: int(v["attempts"]) for k, v in sorted(costs.items())},
         "failed_trial_seconds": round(sum(v["wall_s"] for k, v in costs.items() if k != "ok"), 2),
@@ -79,29 +84,27 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "trials_by_stage": trials_by_stage(trials),
         "max_trials": _max_trials(cdir, contract),
         "branch": apply.get("branch"), "commit": apply.get("commit"),
-        "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.get("extra", {}).get("mlflow_parent_run_id"),
+        "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.extra.get("mlflow_parent_run_id"),
         "report": str(cdir.report_html),
         # baseline_mfu, promoted_mfu (fractions; None on CPU) and mfu_basis (device, peak, count).
-        **campaign_mfu(spec=contract["spec"], hardware=contract.get("hardware", {}), doctor=doctor, promoted=promoted,
-                       starts={t.trial_id: t.extra.get("start") or {} for t in trials}),
-        "campaign_wall_s": _campaign_wall_s(cdir),
+        **campaign_mfu(spec=contract.spec.model_dump(mode="json"), hardware=contract.hardware, doctor=doctor,
+                       promoted=promoted, starts={t.trial_id: t.extra.get("start") or {} for t in trials}),
+        "campaign_wall_s": _campaign_wall_s(cdir, contract),
         "warnings": [w["message"] for w in cdir.read_warnings()],
-        **promotion_summary(cdir),
+        **promotion_summary(verification, read_minimize(cdir), doctor),
     }
 
 
-def _max_trials(cdir: CampaignDir, contract: dict[str, Any]) -> int:
+def _max_trials(cdir: CampaignDir, contract: Contract) -> int:
     """The campaign's trial cap, as its runtime computed it (budget from options.json)."""
-    from infrarsi.contract.freeze import Contract
-
-    return recorded_cap(Contract.from_json(contract).spec, cdir)
+    return recorded_cap(contract.spec, cdir)
 
 
-def _campaign_wall_s(cdir: CampaignDir) -> float | None:
+def _campaign_wall_s(cdir: CampaignDir, contract: Contract) -> float | None:
     """Seconds from the contract's creation to the last ledger record."""
     import datetime as dt
 
-    created = cdir.read_json(cdir.contract).get("created_at")
+    created = contract.created_at
     last = max((e["recorded_at"] for e in Ledger(cdir.ledger).events()), default=None)
     if not created or last is None:
         return None
@@ -151,30 +154,32 @@ def _result_blocks(s: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"bullets": bullets}]
 
 
-def _tolerances(doctor: dict) -> str:
+def _tolerances(doctor: DoctorReport) -> str:
     """Each numerics class's calibrated tolerance (one figure for a report made without classes)."""
-    if not doctor.get("loss_contract"):
-        return pct(doctor["loss_tolerance"])
+    if not doctor.loss_contract:
+        return pct(doctor.loss_tolerance)
     return ", ".join(f"{describe(c.settings)} {'no reference' if c.failure else pct(c.tolerance)}"
-                     for c in LossContract.from_json(doctor["loss_contract"]).classes)
+                     for c in doctor.loss_contract.classes)
 
 
-def _doctor_blocks(doctor: dict | None, spec: dict, verification: dict) -> list[dict[str, Any]]:
+def _doctor_blocks(doctor: DoctorReport | None, spec: CampaignSpec,
+                   verification: VerificationReport | None) -> list[dict[str, Any]]:
     if not doctor:
         return [{"text": "Doctor has not finished."}]
-    bullets = [f"baseline config: `{fmt_config(spec['baseline'])}`",
-               f"median step time {fmt_s(doctor['step_time_s'])} over runs "
-               + ", ".join(fmt_s(x) for x in doctor["run_step_times_s"]),
-               *noise_bullets(doctor, verification if verification["verdicts"] else None),
-               f"start-up (launch to steady steps) {doctor.get('startup_s', 0.0):.2f} s",
-               f"peak memory {fmt_bytes(doctor['peak_memory_bytes'])} (capacity {fmt_bytes(spec['device']['memory_capacity'])})",
-               f"loss tolerance {_tolerances(doctor)} ({doctor['loss_tolerance_source']})",
-               "phases (median per step): " + (", ".join(f"{k} {fmt_s(v)}" for k, v in doctor["phases_s"].items())
+    bullets = [f"baseline config: `{fmt_config(spec.baseline)}`",
+               f"median step time {fmt_s(doctor.step_time_s)} over runs "
+               + ", ".join(fmt_s(x) for x in doctor.run_step_times_s),
+               *noise_bullets(doctor, verification if verification and verification.verdicts else None),
+               f"start-up (launch to steady steps) {doctor.startup_s:.2f} s",
+               f"peak memory {fmt_bytes(doctor.peak_memory_bytes)} (capacity {fmt_bytes(spec.device.memory_capacity)})",
+               f"loss tolerance {_tolerances(doctor)} ({doctor.loss_tolerance_source})",
+               "phases (median per step): " + (", ".join(f"{k} {fmt_s(v)}" for k, v in doctor.phases_s.items())
                                                or "not reported by the job")]
+    # calibration rows are doctor's free-form table (infrarsi.stages.calibration), kept as written
     calibration = table(["calibration variant", "outcome", "max loss deviation"],
-                       ([readable(c["config"], spec["baseline"]), c.get("outcome", "ok"),
+                       ([readable(c["config"], spec.baseline), c.get("outcome", "ok"),
                          "-" if c["deviation"] is None else f"{c['deviation']:.2e}"]
-                        for c in doctor["calibration"]))
+                        for c in doctor.calibration))
     return [{"bullets": bullets}, calibration]
 
 
@@ -195,28 +200,28 @@ def report_context(cdir: CampaignDir) -> dict[str, Any]:
     ``heading``, ``details`` {summary, text}). Both templates render the same context, so a
     row added here shows in both."""
     s = summarize(cdir)
-    contract = cdir.read_json(cdir.contract)
-    spec = contract["spec"]
+    contract = read_contract(cdir)
+    spec = contract.spec
     trials = Ledger(cdir.ledger).trials()
     final = [t for t in trials if not t.extra.get("retried")]
-    doctor = cdir.read_json(cdir.doctor) if cdir.doctor.exists() else None
+    doctor = read_doctor(cdir)
     search = cdir.read_json(cdir.search) if cdir.search.exists() else {}
-    minimize = cdir.read_json(cdir.minimize) if cdir.minimize.exists() else None
-    verification = final_verification(cdir) or {"verdicts": []}
-    baseline = spec["baseline"]
-    hw = contract["hardware"]
-    intro = (f"Workload `{spec['name']}` ({spec['backend']} backend) on {hw.get('cpu')}, {hw.get('num_cpus')} CPUs, "
-             f"GPUs: {hw.get('gpus') or 'none'}. Proposer: `{search.get('proposer', spec['search']['proposer'])}`.")
-    top = campaign_headline(cdir, s, trials=trials, verification=verification, search=search)
+    minimize = read_minimize(cdir)
+    verification = final_verification(cdir)
+    baseline = spec.baseline
+    hw = contract.hardware
+    intro = (f"Workload `{spec.name}` ({spec.backend} backend) on {hw.get('cpu')}, {hw.get('num_cpus')} CPUs, "
+             f"GPUs: {hw.get('gpus') or 'none'}. Proposer: `{search.get('proposer', spec.search.proposer)}`.")
+    top = campaign_headline(cdir, s, spec=spec, trials=trials, verification=verification, search=search)
     pictures, missing = plots.draw(
         cdir.plots, search=[t for t in final if t.role is Role.SEARCH], runs=final, doctor=doctor,
         verification=verification, effects=setting_effects(search), baseline=baseline,
-        capacity_bytes=spec["device"]["memory_capacity"], margin=margin(verification),
-        contributions_rows=contribution_rows(minimize if minimize and minimize.get("winner") else None))
+        capacity_bytes=spec.device.memory_capacity, margin=margin(verification),
+        contributions_rows=contribution_rows(minimize if minimize and minimize.winner else None))
     costs = cost_by_outcome(trials)
     sections = [
         {"id": "result", "title": "Result in detail", "blocks": _result_blocks(s)},
-        *contribution_sections(cdir),
+        *contribution_sections(minimize),
         {"id": "verification", "title": "Verification", "blocks": verification_blocks(verification, baseline)},
         {"id": "doctor", "title": "Doctor (baseline)", "blocks": _doctor_blocks(doctor, spec, verification)},
         *([{"id": "learned", "title": "What the search learned, in detail",
@@ -276,5 +281,5 @@ def build_report(root: Path | str) -> Path:
     context = report_context(cdir)
     cdir.report_md.write_text(render_markdown(cdir, context))
     cdir.report_html.write_text(render_html(cdir, context))
-    cdir.write_json(cdir.summary, summarize(cdir))
+    cdir.write_json(cdir.summary, context["summary"])
     return cdir.report_html

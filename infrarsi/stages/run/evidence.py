@@ -40,7 +40,7 @@ verifies the same arms even if the bank or the priors changed meanwhile.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -51,6 +51,8 @@ from infrarsi.contract.numerics import changing_knobs
 from infrarsi.core.knobs import PATCH_KNOB_PREFIX, Config, Value
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.proposers.engine_proposer import CRASH_BAR, FIT_BAR
+from infrarsi.record.campaign import read_plan, write
+from infrarsi.record.verification import FINALIST, LEAVE_ONE_OUT, SMALLER, Arm, ChangeEvidence, VerificationPlan
 from infrarsi.stages.calibration import inert_knobs
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.runtime import CampaignRuntime
@@ -72,67 +74,6 @@ MIN_ROUNDS = 3
 
 PAYS, IDLE, INERT, UNCERTAIN, NEEDED, COUPLED = "pays", "idle", "inert", "uncertain", "needed", "coupled"
 CALLS = (PAYS, IDLE, INERT, UNCERTAIN, NEEDED, COUPLED)
-FINALIST, SMALLER, LEAVE_ONE_OUT = "finalist", "smaller", "leave_one_out"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChangeEvidence:
-    """One change of the leader and what the evidence in hand says about it."""
-
-    knob: str
-    baseline_value: Value
-    value: Value
-    call: str  # one of CALLS
-    predicted: float | None = None  # the model's contribution: time without the change / with it
-    predicted_low: float | None = None
-    predicted_high: float | None = None
-    reason: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Arm:
-    """A config verification measures against the baseline, round by round."""
-
-    key: str
-    kind: str  # FINALIST, SMALLER or LEAVE_ONE_OUT
-    config: Mapping[str, Value]
-    source_trial_id: str
-    max_pairs: int
-    parent: str | None = None  # the arm a smaller config is compared with while it runs
-    reverts: tuple[str, ...] = ()  # knobs set back to the baseline's value, against the leader
-
-    @property
-    def role(self) -> Role:
-        return Role.VERIFY if self.kind == FINALIST else Role.MINIMIZE
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerificationPlan:
-    arms: tuple[Arm, ...]
-    # Each finalist's changes, in the space's knob order, by arm key; the leader's decided its arms.
-    changes: Mapping[str, tuple[ChangeEvidence, ...]]
-    margin: float  # budget.practical_margin: the smallest speedup worth having
-    note: str = ""
-
-    @property
-    def leader(self) -> Arm | None:
-        return self.arms[0] if self.arms else None
-
-    def family(self, key: str) -> str:
-        """The finalist an arm derives from (the leader for smaller configs)."""
-        arm = next(a for a in self.arms if a.key == key)
-        return arm.key if arm.kind == FINALIST else self.arms[0].key
-
-    def to_json(self) -> dict[str, Any]:
-        return {"arms": [asdict(a) | {"config": dict(a.config)} for a in self.arms],
-                "changes": {k: [asdict(c) for c in cs] for k, cs in self.changes.items()},
-                "margin": self.margin, "note": self.note}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "VerificationPlan":
-        return cls(arms=tuple(Arm(**{**a, "reverts": tuple(a["reverts"])}) for a in d["arms"]),
-                   changes={k: tuple(ChangeEvidence(**c) for c in cs) for k, cs in d["changes"].items()},
-                   margin=d.get("margin", d.get("noise_floor", 0.0)), note=d.get("note", ""))
 
 
 def full_baseline(rt: CampaignRuntime, doctor: DoctorReport) -> dict[str, Value]:
@@ -296,15 +237,16 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
                       priors: Any = None) -> VerificationPlan:
     """The arms verification runs, from ``history`` (the contract-seed runs: doctor's,
     calibration's and the search's); read back from the campaign folder when it exists."""
-    if rt.cdir.plan.exists():
-        return VerificationPlan.from_json(rt.cdir.read_json(rt.cdir.plan))
+    done = read_plan(rt.cdir)
+    if done is not None:
+        return done
     budget, margin = rt.spec.budget, rt.spec.budget.practical_margin
     base = full_baseline(rt, doctor)
     candidates = _candidates(rt, history, doctor, base)
     if not candidates:
         plan = VerificationPlan(arms=(), changes={}, margin=margin, note=(
             f"no run beat the baseline by more than the practical margin ({margin:.1%}): nothing to verify"))
-        rt.cdir.write_json(rt.cdir.plan, plan.to_json())
+        write(rt.cdir, rt.cdir.plan, plan)
         return plan
     model = evidence_model(rt, priors, history)
     finals = _finalists(rt, model, candidates, base, math.log1p(doctor.noise_cv))
@@ -345,7 +287,7 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
         note += f"; the trial cap affords {rounds} round(s) of {len(arms)} arm(s)"
     plan = VerificationPlan(arms=tuple(arms), changes={k: tuple(v) for k, v in calls.items()}, margin=margin,
                             note=note)
-    rt.cdir.write_json(rt.cdir.plan, plan.to_json())
+    write(rt.cdir, rt.cdir.plan, plan)
     return plan
 
 

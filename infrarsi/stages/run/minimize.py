@@ -33,12 +33,14 @@ it; > 1: it pays), where that figure comes from (*measured* by leave-one-out pai
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping
+from dataclasses import dataclass, replace
+from typing import Mapping
 
 from infrarsi.core.knobs import Value
 from infrarsi.core.objective import job_steps, run_time_s
 from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.record.campaign import read_minimize, write
+from infrarsi.record.minimize import Contribution, MinimizeReport
 from infrarsi.stages.calibration import inert_knobs
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.run.evidence import (
@@ -73,49 +75,6 @@ class Ground:
     FASTEST_WITHOUT = "the fastest arm leaves it out"
     SET_EQUIVALENT = "equivalent (measured with the other changes left out)"
     ONLY_CHANGE = "the verified speedup"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Contribution:
-    """One change of the leader: how much slower it is without it (>1: it pays)."""
-
-    knob: str
-    baseline_value: Value
-    value: Value
-    contribution: float | None  # objective without the change / with it
-    ci_low: float | None
-    ci_high: float | None
-    step_contribution: float | None  # the same on step time alone
-    pairs: tuple[tuple[str, str], ...] = ()  # (run with it, run without it), where measured
-    inert: bool = False  # doctor's calibration saw it move neither the loss nor the speed
-    kept: bool = True
-    source: str = "measured"  # "measured" (leave-one-out pairs) or "predicted" (the time model)
-    ground: str = ""  # a Ground: why it was kept or dropped
-    note: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class MinimizeReport:
-    winner: Mapping[str, Value]
-    promoted: Mapping[str, Value] | None
-    contributions: tuple[Contribution, ...]
-    dropped: tuple[str, ...]
-    margin: float
-    job_steps: float | None
-    num_trials: int  # runs of the smaller configs (their baselines are verification's)
-    note: str
-    final: VerificationReport  # what is promoted after minimization
-
-    def to_json(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k != "final"}
-        return {**d, "final": self.final.to_json()}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "MinimizeReport":
-        contributions = tuple(Contribution(**{**c, "pairs": tuple(tuple(p) for p in c["pairs"])})
-                              for c in d["contributions"])
-        return cls(**{**d, "contributions": contributions, "dropped": tuple(d["dropped"]),
-                      "final": VerificationReport.from_json(d["final"])})
 
 
 class _Runs:
@@ -279,12 +238,11 @@ def _single(c: ChangeEvidence, chosen: Verdict) -> Contribution:
 
 def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: VerificationReport) -> VerificationReport:
     """The verification report with the smallest arm the evidence allows promoted."""
-    path = rt.cdir.minimize
-    if path.exists():
-        return MinimizeReport.from_json(rt.cdir.read_json(path)).final
+    done = read_minimize(rt.cdir)
+    if done is not None:
+        return done.final
     margin = rt.spec.budget.practical_margin
-    plan = VerificationPlan.from_json(verification.plan) if verification.plan else VerificationPlan(
-        arms=(), changes={}, margin=margin)
+    plan = verification.plan or VerificationPlan(arms=(), changes={}, margin=margin)
     steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
     base, runs, trials = full_baseline(rt, doctor), _Runs(rt, verification), rt.ledger.trials()
     paid, inert = must_pay(rt), inert_knobs(doctor, trials, margin)
@@ -315,6 +273,6 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     report = MinimizeReport(winner=winner, contributions=tuple(contributions),
                             promoted=dict(final.promoted.config) if final.promoted else None, dropped=dropped,
                             margin=margin, job_steps=steps, num_trials=num, note=note, final=final)
-    rt.cdir.write_json(path, report.to_json())
+    write(rt.cdir, rt.cdir.minimize, report)
     return final
 

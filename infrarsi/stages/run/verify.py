@@ -37,7 +37,7 @@ of running them again.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from infrarsi.contract.checks import enforce
@@ -46,88 +46,17 @@ from infrarsi.contract.loss_reference import LossReference
 from infrarsi.core.knobs import Config
 from infrarsi.core.objective import job_steps, run_time_s
 from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.record.campaign import read_verification, write
+from infrarsi.record.verification import FINALIST, LEAVE_ONE_OUT, Arm, Verdict, VerificationPlan, VerificationReport
 from infrarsi.stages.budget import TrialBudgetExhausted
 from infrarsi.stages.calibration import canary_loss_check, canary_split_runner
 from infrarsi.stages.doctor import DoctorReport
-from infrarsi.stages.run.evidence import FINALIST, LEAVE_ONE_OUT, Arm, VerificationPlan, round_runs
+from infrarsi.stages.run.evidence import round_runs
 from infrarsi.stages.run.sequential import Decision, Look, SequentialRule, log_ratios, look
 from infrarsi.stages.runtime import CampaignRuntime
 
 # A canary run whose losses sit this close to the reference's did not see its seed.
 CANARY_MIN_DEVIATION = 1e-9
-
-
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
-    config: Config
-    source_trial_id: str
-    pairs: tuple[tuple[str, str], ...]  # (baseline trial id, candidate trial id), those the decision used
-    baseline_times_s: tuple[float, ...]
-    candidate_times_s: tuple[float, ...]
-    speedup: float | None
-    ci_low: float | None  # the sequential test's bounds at the look that decided
-    ci_high: float | None
-    promoted: bool
-    reason: str
-    canary_seeds: tuple[int, ...] = ()  # the seed of each pair
-    # speedup / ci_* / promoted are on the objective (infrarsi.core.objective): the step time, or
-    # with a declared job length (job_steps), the job's total time; step_* are per step.
-    baseline_startups_s: tuple[float, ...] = ()
-    candidate_startups_s: tuple[float, ...] = ()
-    step_speedup: float | None = None
-    step_ci_low: float | None = None
-    step_ci_high: float | None = None
-    job_steps: float | None = None
-    margin: float | None = None  # the practical margin this verdict was held to
-    pair_noise_cv: float | None = None  # per-run noise its own pairs show (sequential.pair_noise): a diagnostic
-    arm: str = ""  # the plan's arm (stages.evidence): "finalist 1", "leader less compile", ...
-    kind: str = FINALIST
-    clears: bool = False  # its lower bound cleared 1 + the margin with no failed run
-    level: float | None = None  # the one-sided level of each bound at the deciding look
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerificationReport:
-    verdicts: tuple[Verdict, ...]
-    margin: float  # budget.practical_margin: what a speedup must clear
-    doctor_noise_cv: float | None = None  # doctor's estimate of one run's noise (a diagnostic)
-    observed_noise_cv: float | None = None  # the largest of the verdicts' pair_noise_cv
-    canary_effective: bool | None = None  # None: no baseline run to tell
-    canary_note: str = ""
-    plan: Mapping[str, Any] = field(default_factory=dict)  # VerificationPlan.to_json()
-    # Per round: its canary seed, its baseline run and each arm's run ({arm: trial id}).
-    rounds: tuple[Mapping[str, Any], ...] = ()
-    note: str = ""
-
-    @property
-    def promoted(self) -> Verdict | None:
-        winners = [v for v in self.verdicts if v.promoted]
-        return max(winners, key=lambda v: v.speedup) if winners else None
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["verdicts"] = [asdict(v) for v in self.verdicts]
-        return d
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "VerificationReport":
-        d = _known(cls, {"margin": d.get("noise_floor"), **d})  # a folder written before the margin
-        return cls(**{**d, "verdicts": tuple(verdict_from_json(v) for v in d["verdicts"]),
-                      "rounds": tuple(d.get("rounds", ()))})
-
-
-def _known(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
-    """``d`` without the keys ``cls`` does not have (fields an older campaign folder wrote)."""
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in d.items() if k in names}
-
-
-def verdict_from_json(d: Mapping[str, Any]) -> Verdict:
-    v = _known(Verdict, {"margin": d.get("noise_floor"), **d})
-    v["pairs"] = tuple(tuple(p) for p in v["pairs"])
-    for k in ("baseline_times_s", "candidate_times_s", "canary_seeds", "baseline_startups_s", "candidate_startups_s"):
-        v[k] = tuple(v.get(k, ()))
-    return Verdict(**v)
 
 
 def canary_seed(contract_seed: int, round_index: int) -> int:
@@ -358,8 +287,9 @@ def canary_check(doctor: DoctorReport, baseline_runs: list[TrialResult]) -> tupl
 
 
 def run_verification(rt: CampaignRuntime, doctor: DoctorReport, plan: VerificationPlan) -> VerificationReport:
-    if rt.cdir.verification.exists():
-        return VerificationReport.from_json(rt.cdir.read_json(rt.cdir.verification))
+    done = read_verification(rt.cdir)
+    if done is not None:
+        return done
     steps = job_steps(rt.spec.objective, doctor.step_time_s, doctor.startup_s)
     margin = rt.spec.budget.practical_margin
     states, rounds = _run_rounds(rt, doctor, plan, margin, steps)
@@ -370,7 +300,7 @@ def run_verification(rt: CampaignRuntime, doctor: DoctorReport, plan: Verificati
     stopped = [f"{s.arm.key}: {s.decided} after {s.num_decided or len(s.pairs)} round(s)" for s in states]
     report = VerificationReport(verdicts=verdicts, margin=margin,
                                 doctor_noise_cv=doctor.noise_cv, observed_noise_cv=observed,
-                                canary_effective=effective, canary_note=note, plan=plan.to_json(),
+                                canary_effective=effective, canary_note=note, plan=plan,
                                 rounds=tuple(rounds), note="; ".join(stopped))
-    rt.cdir.write_json(rt.cdir.verification, report.to_json())
+    write(rt.cdir, rt.cdir.verification, report)
     return report
