@@ -19,11 +19,13 @@ dropped only on one of these grounds (``Ground``):
 - *costs*: that bound lies below 1;
 - *inert*: doctor's calibration ran it alone and saw the losses and the speed unmoved;
 - *not shown to pay*: a change the user carries at a cost besides time (one that changes
-  the numerics, a code patch) stays only where shown to pay at least the margin.
+  the numerics, a code patch) stays only where shown to pay at least the margin (a
+  measured interval above 1 but not above 1 + the margin does not keep it).
 
 A smaller arm replaces the fastest where every change it leaves out has one of these
 grounds and the rounds they shared do not show it slower, or where those rounds show it
-within the margin; a change whose measured contribution lies above 1 is never dropped.
+within the margin; a change whose measured contribution lies above 1 is never dropped,
+unless it is one that must pay the margin and its interval does not clear 1 + the margin.
 An arm carrying a patch that broke the contract in any run is never promoted. Each of the
 leader's changes is reported with its contribution (the objective without it over with
 it; > 1: it pays), where that figure comes from (*measured* by leave-one-out pairs, or
@@ -153,8 +155,10 @@ def _evidence(c: ChangeEvidence, plan: VerificationPlan, runs: _Runs, paid: bool
                          measured_pays=where == "measured")
     drop = (Ground.INERT if inert else f"{Ground.COSTS} ({where})" if high < 0
             else f"{Ground.EQUIVALENT} ({where})" if high < bar else Ground.NOT_SHOWN if paid else None)
+    # A change the user carries at a cost besides time pays only past the margin: above 1 but
+    # not past 1 + margin it is not shown to pay, however sure the measurement.
     return _Evidence(change=c, contribution=contribution, drop=drop, keep=Ground.NO_EVIDENCE,
-                     measured_pays=where == "measured" and low > 0)
+                     measured_pays=where == "measured" and low > (bar if paid else 0.0))
 
 
 def _changes(config: Mapping[str, Value], base: Mapping[str, Value]) -> int:
