@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from infrarsi.cli.main import _expected_trials
+from infrarsi.cli.main import _prepared
 from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import SpecError
 from infrarsi.core.ledger import Ledger
@@ -85,9 +85,9 @@ def test_the_runtime_the_progress_bar_and_the_report_take_the_budget_the_campaig
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True, bank="off"))
     rt.close()
     assert rt.max_trials == cap and summarize(cdir)["max_trials"] == cap
-    assert _expected_trials(CampaignOptions(resume=str(cdir.root))) == (cap, 0)
+    assert _prepared(CampaignOptions(resume=str(cdir.root)))[1:] == (cap, 0)
     # a budget given again on resume wins over the remembered one
-    assert _expected_trials(CampaignOptions(resume=str(cdir.root), budget=8)) == (trial_cap(contract.spec, 8), 0)
+    assert _prepared(CampaignOptions(resume=str(cdir.root), budget=8))[1:] == (trial_cap(contract.spec, 8), 0)
 
 
 def test_a_ledger_from_before_minimization_stopped_measuring_baselines_still_reads(tmp_path):

@@ -80,31 +80,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _expected_trials(options: CampaignOptions) -> tuple[int, int]:
-    """(the most trials a campaign with ``options`` can run, trials already recorded), for the bar."""
+def _prepared(options: CampaignOptions) -> tuple[CampaignOptions, int, int]:
+    """``options`` with the id of a new campaign from a local spec (so its log has a folder
+    from the start), the most trials it can run and the trials already recorded (for the
+    bar). The spec is loaded here once, to fail fast before Prefect or Ray start."""
     from infrarsi.contract.spec_load import load_spec
     from infrarsi.core.ledger import Ledger
     from infrarsi.stages.budget import campaign_cap
-    from infrarsi.stages.init import builtin_spec_path, git_spec, load_campaign
+    from infrarsi.stages.init import builtin_spec_path, git_spec, load_campaign, new_campaign_id
 
     if options.resume:
         contract, cdir = load_campaign(Path(options.resume))
         done = len({t.trial_id for t in Ledger(cdir.ledger).trials()})
-        return campaign_cap(contract.spec, options.resumed(cdir)), done
+        return options, campaign_cap(contract.spec, options.resumed(cdir)), done
     if options.spec and git_spec(options.spec):
-        return 0, 0  # cloned by init: not known yet
-    spec = load_spec(options.spec or builtin_spec_path())  # fails fast, before Prefect or Ray
-    return campaign_cap(spec, options), 0
-
-
-def _with_campaign_id(options: CampaignOptions) -> CampaignOptions:
-    """A new campaign from a local spec gets its id here, so its log has a folder from the start."""
-    from infrarsi.contract.spec_load import load_spec
-    from infrarsi.stages.init import builtin_spec_path, git_spec, new_campaign_id
-
-    if options.resume or options.campaign_id or (options.spec and git_spec(options.spec)):
-        return options
-    return options.model_copy(update={"campaign_id": new_campaign_id(load_spec(options.spec or builtin_spec_path()))})
+        return options, 0, 0  # cloned by init: not known yet
+    spec = load_spec(options.spec or builtin_spec_path())
+    if not options.campaign_id:
+        options = options.model_copy(update={"campaign_id": new_campaign_id(spec)})
+    return options, campaign_cap(spec, options), 0
 
 
 def _campaign_folder(options: CampaignOptions) -> Path | None:
@@ -160,11 +154,10 @@ def _run_campaign(args: argparse.Namespace) -> dict:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     options = CampaignOptions.parse({**{k: getattr(args, k) for k in CampaignOptions.model_fields},
                                      **({"bank": "off"} if args.no_bank else {})})
-    total, done = _expected_trials(options)
+    options, total, done = _prepared(options)
     from flows.campaign import campaign
     from infrarsi.harness.process_guard import guard_campaign
 
-    options = _with_campaign_id(options)
     log_path = _log_path(options)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     # Before the flow starts Prefect's temporary server: every process started from here on
