@@ -180,15 +180,15 @@ def test_a_patch_proposed_during_the_run_must_pay_its_way(tmp_path, ray_session)
     smaller config leaves it out, and the leader against the smaller config measures it. This
     patch only adds a comment: it does not pay, and it goes."""
     from infrarsi.patches.patch import Patch, make_diff
-    from infrarsi.stages.run.patching import _grow
+    from infrarsi.stages.run.patching import grown
 
     spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15]}, baseline={"sleep": 0.3}, minimize_pairs=2,
                  doctor_max_repeats=3)
 
     def propose_patch(rt):
         source = (Path(rt.contract.workdir) / "fake_workload.py").read_text()
-        _grow(rt, add=Patch(name="comment", title="a comment", files_touched=("fake_workload.py",),
-                            diff=make_diff("fake_workload.py", source, "# a comment\n" + source)))
+        rt.adopt(grown(rt.contract, add=Patch(name="comment", title="a comment", files_touched=("fake_workload.py",),
+                                              diff=make_diff("fake_workload.py", source, "# a comment\n" + source))))
 
     winner = {"sleep": 0.15, "patch_comment": True}
     rt, _, verification, final = _campaign(tmp_path, spec, winner, after_doctor=propose_patch)

@@ -68,9 +68,8 @@ class CampaignRuntime:
                  pool: Pool | None = None) -> None:
         """``pool``: trial slots to run on instead of the backend's own (a test's in-process
         pool); after ``drop_pool`` the backend makes the next one."""
-        self.contract, self.cdir, self.settings = contract, cdir, settings
-        self.spec = contract.spec
-        self.space = self.spec.space
+        self.cdir, self.settings = cdir, settings
+        self.adopt(contract)
         self.ledger = Ledger(cdir.ledger)
         if settings.tracking_uri == "none":
             self.tracker = _NoTracking()
@@ -96,6 +95,12 @@ class CampaignRuntime:
         self._num_ids = max((int(n[1:]) for n in existing if n[1:].isdigit()), default=0)
         self.max_trials = settings.max_trials or recorded_cap(self.spec, cdir)
         self._counted = self._finished()  # trials finished or started here: what the cap counts
+
+    def adopt(self, contract: Contract) -> None:
+        """Run the campaign under ``contract`` from here on: the one place the runtime's
+        contract changes (a patch round grows the space, ``stages.run.patching``); its spec
+        and knob space always follow it."""
+        self.contract, self.spec, self.space = contract, contract.spec, contract.spec.space
 
     def _finished(self) -> set[str]:
         """Trials with a final record (a trial whose attempts were all superseded, cut

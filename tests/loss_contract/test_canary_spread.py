@@ -92,13 +92,13 @@ def test_the_seeds_spread_is_measured_after_a_patch_joined_the_space(campaign):
     name it (the default campaign once stopped here with a KeyError). Runs last: it grows
     the module's space."""
     from infrarsi.patches.patch import Patch, make_diff
-    from infrarsi.stages.run.patching import _grow
+    from infrarsi.stages.run.patching import grown
 
     rt, doctor = campaign
     source = (Path(rt.contract.workdir) / "fake_workload.py").read_text()
-    _grow(rt, add=Patch(name="comment", title="a comment", files_touched=("fake_workload.py",),
-                        diff=make_diff("fake_workload.py", source, "# a comment\n" + source)))
-    _grow(rt, retire="patch_comment")  # a constraint that names the new knob
+    rt.adopt(grown(rt.contract, add=Patch(name="comment", title="a comment", files_touched=("fake_workload.py",),
+                                          diff=make_diff("fake_workload.py", source, "# a comment\n" + source))))
+    rt.adopt(grown(rt.contract, retire="patch_comment"))  # a constraint that names the new knob
     [honest] = _at_canary(rt, doctor, [2], local=True)
     assert honest.outcome is Outcome.OK, honest.reason
     assert honest.extra["loss_tolerance_at_seed"] == pytest.approx(4e-5, rel=1e-3)

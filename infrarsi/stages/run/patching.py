@@ -1,12 +1,13 @@
 """Patches proposed during the run: a round asks the sources, gates each proposal, and
 grows the campaign's knob space with what the gate accepts.
 
-The space grows in place on the runtime (``rt.spec``, ``rt.space``, ``rt.contract``): an
-accepted patch becomes the boolean knob ``patch_<name>`` (baseline False), pairs that do
-not apply together become constraints, and a patch that was on in a trial that broke the
-contract gets the constraint ``not patch_<name>`` so no proposer suggests it again. Every decision is a
-ledger event (``patch_accepted``, ``patch_refused``, ``patch_retired``), which is also how
-a resumed campaign rebuilds the same space.
+Growing is a new contract (``grown``) that the runtime adopts (``CampaignRuntime.adopt``,
+the one place its contract, spec and space change): an accepted patch becomes the boolean
+knob ``patch_<name>`` (baseline False), pairs that do not apply together become
+constraints, and a patch that was on in a trial that broke the contract gets the
+constraint ``not patch_<name>`` so no proposer suggests it again. Every decision is a
+ledger event (``patch_accepted``, ``patch_refused``, ``patch_retired``), from which
+``restore`` rebuilds the same contract when a campaign resumes, before any stage runs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from infrarsi.contract.freeze import Contract
 from infrarsi.core.trial import Outcome, TrialResult
 from infrarsi.patches.patch import Patch, contract_patches
 from infrarsi.patches.sources import PatchContext, gate, measurement_config, patch_sources
@@ -24,30 +26,31 @@ from infrarsi.stages.runtime import CampaignRuntime
 STALL_TRIALS = 5
 
 
-def _grow(rt: CampaignRuntime, *, add: Patch | None = None, conflicts: tuple[str, ...] = (),
-          retire: str | None = None) -> None:
-    spec, extra = rt.spec, dict(rt.contract.extra)
+def grown(contract: Contract, *, add: Patch | None = None, conflicts: tuple[str, ...] = (),
+          retire: str | None = None) -> Contract:
+    """``contract`` with patch ``add``'s knob in its space (off at baseline, never on with
+    the patches it ``conflicts`` with), or with knob ``retire`` held off."""
+    spec, extra = contract.spec, dict(contract.extra)
     update: dict[str, Any] = {}
     if add is not None:
         update["patches"] = [*spec.patches, add.name]
         update["baseline"] = {**spec.baseline, add.knob: False}
-        others = {p.name: p.knob for p in contract_patches(rt.contract)}
+        others = {p.name: p.knob for p in contract_patches(contract)}
         update["constraints"] = [*spec.constraints, *(f"not ({add.knob} and {others[c]})" for c in conflicts)]
         extra["patches"] = [*extra.get("patches", []), add.to_json()]
     if retire is not None:
         update["constraints"] = [*update.get("constraints", spec.constraints), f"not {retire}"]
-    new_spec = spec.model_copy(update=update)
-    rt.contract = dataclasses.replace(rt.contract, spec=new_spec, extra=extra)
-    rt.spec, rt.space = new_spec, new_spec.space
+    return dataclasses.replace(contract, spec=spec.model_copy(update=update), extra=extra)
 
 
 def restore(rt: CampaignRuntime) -> None:
     """Replay the ledger's patch decisions (a resumed campaign)."""
     for event in list(rt.ledger.events()):
         if event["kind"] == "patch_accepted":
-            _grow(rt, add=Patch.from_json(event["patch"]), conflicts=tuple(event.get("conflicts", ())))
+            rt.adopt(grown(rt.contract, add=Patch.from_json(event["patch"]),
+                           conflicts=tuple(event.get("conflicts", ()))))
         elif event["kind"] == "patch_retired":
-            _grow(rt, retire=event["knob"])
+            rt.adopt(grown(rt.contract, retire=event["knob"]))
 
 
 def rounds_done(rt: CampaignRuntime) -> int:
@@ -103,7 +106,7 @@ def patch_round(rt: CampaignRuntime, doctor: DoctorReport, trials: list[TrialRes
             rt.ledger.append("patch_accepted", {"name": patch.name, "source": source.name, "knob": patch.knob,
                                                 "patch": patch.to_json(), "conflicts": list(verdict.conflicts),
                                                 "why_asked": why})
-            _grow(rt, add=patch, conflicts=verdict.conflicts)
+            rt.adopt(grown(rt.contract, add=patch, conflicts=verdict.conflicts))
             accepted_names.append(patch.name)
             measure.append(measurement_config(patch, ctx, rt.spec.baseline))
     rt.ledger.append("patch_round", {"why": why, "accepted": accepted_names,
@@ -127,6 +130,6 @@ def retire_violators(rt: CampaignRuntime, result: TrialResult) -> bool:
         if p.knob not in retired:
             rt.ledger.append("patch_retired", {"name": p.name, "knob": p.knob, "trial_id": result.trial_id,
                                                "reason": result.reason})
-            _grow(rt, retire=p.knob)
+            rt.adopt(grown(rt.contract, retire=p.knob))
             changed = True
     return changed
