@@ -13,8 +13,7 @@ the smallest speedup worth promoting):
 
 Noise is variance, never a bar: the t bound's width is the pairs' own spread, so a noisy
 machine widens the bound and the test runs more rounds (up to ``max_pairs``) before it
-decides; it does not raise the threshold. (An earlier rule held candidates to 1 + doctor's
-noise floor: at 15% run noise it promoted a true 1.30x in 8% of verifications.)
+decides; it does not raise the threshold (why, measured: docs/verification.md).
 
 Looking after every round is a multiple test. Each early look spends at most 0.5%, and
 the early looks together at most half of ``alpha``; the last look spends the rest
