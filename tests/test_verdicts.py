@@ -4,7 +4,16 @@ it, what may still undo it, and which cleared arm minimization promotes (and on 
 import pytest
 
 from infrarsi.core.trial import Outcome, Role, TrialResult
-from infrarsi.stages.run.evidence import FINALIST, IDLE, PAYS, UNCERTAIN, Arm, ChangeEvidence, VerificationPlan
+from infrarsi.stages.run.evidence import (
+    FINALIST,
+    IDLE,
+    LEAVE_ONE_OUT,
+    PAYS,
+    UNCERTAIN,
+    Arm,
+    ChangeEvidence,
+    VerificationPlan,
+)
 from infrarsi.stages.run.minimize import _choose, _Runs
 from infrarsi.stages.run.minimize import _evidence as _evidence_of
 from infrarsi.stages.run.sequential import SequentialRule
@@ -129,3 +138,33 @@ def test_an_arm_shown_within_the_margin_of_the_fastest_replaces_it_without_a_gro
 
 def test_a_change_that_pays_by_prediction_is_never_dropped():
     assert _choice(UNSURE, _evidence(PAYS, 1.02, 1.08)) == "finalist 1"
+
+
+def _measured(without_s: list[float], with_s: list[float], *, paid: bool = False, inert: bool = False):
+    """The leader's noop change measured by its leave-one-out arm, round by round."""
+    change = ChangeEvidence(knob="noop", baseline_value="a", value="b", call=UNCERTAIN)
+    arm = Arm(key="finalist 1 less noop", kind=LEAVE_ONE_OUT, config=BASE, source_trial_id="t0009", max_pairs=2,
+              parent="finalist 1", reverts=("noop",))
+    plan = VerificationPlan(arms=(arm,), changes={}, margin=MARGIN)
+    return _evidence_of(change, plan, _rounds(with_s, without_s), paid, inert, MARGIN, None, True)
+
+
+# Two quiet pairs of a sleep job (a suite run's noop campaign): the config without the change
+# 4-5 us slower in both, so the interval of its 0.003% gain lies above 1, and below 1 + the margin.
+WITH_S, WITHOUT_S = [0.15022430200042436, 0.15024060850009846], [0.15022844550003356, 0.15024597400042694]
+
+
+def test_a_gain_shown_within_the_margin_keeps_no_change():
+    inert = _measured(WITHOUT_S, WITH_S, inert=True)
+    assert inert.contribution.ci_low > 1 and inert.contribution.ci_high < 1 + MARGIN
+    assert inert.drop == "inert" and not inert.measured_pays
+    assert _measured(WITHOUT_S, WITH_S).drop == "equivalent (measured)"
+    # a change measured to pay past the margin stays, whatever else is known of it
+    pays = _measured([0.1575, 0.1576], [0.15, 0.15], inert=True)
+    assert pays.drop is None and pays.measured_pays and pays.keep == "pays (measured)"
+    # one the user carries at a cost must clear 1 + the margin: 1.3%, sure above 1 but not
+    # above 1.01, is not enough; a change without that cost is kept on it
+    paid = _measured([0.151811, 0.152115], [0.15, 0.15], paid=True)
+    assert 1 < paid.contribution.ci_low < 1 + MARGIN < paid.contribution.ci_high
+    assert paid.drop == "not shown to pay" and not paid.measured_pays
+    assert _measured([0.151811, 0.152115], [0.15, 0.15]).measured_pays
