@@ -4,7 +4,7 @@ trial results on the fake workload's space (tests/fake_workload.py); nothing run
 
 
 import pytest
-from test_minimize import _spec
+from helpers.fake_spec import fake_spec
 
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.stages.doctor import DoctorReport
@@ -44,7 +44,7 @@ def _doctor(noise_cv: float) -> DoctorReport:
 
 @pytest.fixture
 def runtime(tmp_path):
-    spec = _spec(tmp_path, knobs=KNOBS, baseline=BASELINE)
+    spec = fake_spec(tmp_path, knobs=KNOBS, baseline=BASELINE)
     contract, cdir = init_campaign(spec, tmp_path / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
     yield rt
@@ -75,7 +75,7 @@ def test_a_change_one_run_puts_clearly_above_1_is_kept_and_one_without_evidence_
 @pytest.fixture
 def wide_margin(tmp_path):
     """The fake workload with a 3% practical margin: eight runs can show noop within it."""
-    spec = _spec(tmp_path, knobs=KNOBS, baseline=BASELINE, practical_margin=0.03)
+    spec = fake_spec(tmp_path, knobs=KNOBS, baseline=BASELINE, practical_margin=0.03)
     contract, cdir = init_campaign(spec, tmp_path / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
     yield rt
@@ -134,7 +134,7 @@ def test_under_a_trial_cap_the_arms_run_the_rounds_it_affords_and_the_last_arm_l
     # 11 trials left: a round of the baseline, the finalist, the smaller config and cap's
     # leave-one-out costs 4, two rounds only; without the leave-one-out it costs 3, three
     # rounds, and each arm's sequential test ends there (its last look at the third pair)
-    spec = _spec(tmp_path, knobs=KNOBS, baseline=BASELINE, verify_pairs=7, practical_margin=0.03)
+    spec = fake_spec(tmp_path, knobs=KNOBS, baseline=BASELINE, verify_pairs=7, practical_margin=0.03)
     contract, cdir = init_campaign(spec, tmp_path / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True, max_trials=11))
     try:

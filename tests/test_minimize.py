@@ -3,11 +3,10 @@ workload (tests/fake_workload.py) on real Ray, through doctor, a search trial of
 winner, the evidence plan, verification and minimization. Step times are sleeps (0.3 s,
 halved by the fast knob), long enough that a loaded machine does not blur a 2x difference."""
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers.fake_spec import fake_spec
 
 from infrarsi.bank.campaign import campaign_record
 from infrarsi.contract.checks import enforce
@@ -22,35 +21,6 @@ from infrarsi.stages.run.minimize import MinimizeReport, run_minimize
 from infrarsi.stages.run.search import contract_seed_history
 from infrarsi.stages.run.verify import VerificationReport, run_verification
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
-
-FAKE = Path(__file__).parent / "fake_workload.py"
-
-
-def _spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", objective: str = "",
-          seed_mode: str = "ignore", minimize_pairs: int = 3, doctor_max_repeats: int = 5,
-          verify_pairs: int = 2, practical_margin: float = 0.01) -> Path:
-    work = tmp / "fake"
-    work.mkdir(exist_ok=True)
-    shutil.copy(FAKE, work / "fake_workload.py")
-    (work / "locked.txt").write_text("locked\n")
-    lines = ['name = "fake"', 'workload_dir = "fake"', 'repository = "copy"',
-             'command = ["{python}", "fake_workload.py", "--steps", "{num_steps}", "--seed", "{seed}", '
-             f'"--seed-mode", "{seed_mode}", "--sleep", "0.3"]',  # a sleep knob's flag comes later and wins
-             "baseline = {" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in baseline.items()) + "}",
-             f"calibration = {calibration}"]
-    for name, values in knobs.items():
-        lines += [f"[knobs.{name}]", f"values = {json.dumps(values)}", f'flag = "--{name}"']
-    lines += ["[contract]", "seq_len = 128", "global_batch_tokens = 2048", "num_steps = 5", "warmup_steps = 1",
-              'editable = ["fake_workload.py"]', 'locked = ["locked.txt"]',
-              "[device]", "memory_capacity = 2147483648", "emulate_capacity = false",
-              # sleeps are not slowed by other processes' CPU load: no re-measurements
-              "[resources]", "cpus_per_trial = 1", "max_foreign_load_cores = 1000",
-              "[budget]", "num_trials = 1", f"verify_pairs = {verify_pairs}", f"minimize_pairs = {minimize_pairs}",
-              "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}",
-              f"practical_margin = {practical_margin}", objective]
-    path = tmp / "fake.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def _campaign(tmp: Path, spec: Path, winner: dict, after_doctor=None):
@@ -75,7 +45,7 @@ def _campaign(tmp: Path, spec: Path, winner: dict, after_doctor=None):
 @pytest.fixture(scope="module")
 def noop_campaign(tmp_path_factory, ray_session):
     tmp = tmp_path_factory.mktemp("noop")
-    spec = _spec(tmp, knobs={"sleep": [0.3, 0.15], "noop": ["a", "b"]}, baseline={"sleep": 0.3, "noop": "a"},
+    spec = fake_spec(tmp, knobs={"sleep": [0.3, 0.15], "noop": ["a", "b"]}, baseline={"sleep": 0.3, "noop": "a"},
                  calibration='[{ noop = "b" }]')
     return _campaign(tmp, spec, {"sleep": 0.15, "noop": "b"})
 
@@ -145,7 +115,7 @@ def test_a_compile_like_change_is_promoted_only_when_its_start_up_is_repaid(tmp_
     """compile=on sleeps 1 s at start, then halves every step: at the fast config's 0.15 s it
     saves 0.075 s a step and repays its start-up after about 13 steps, so an 8-step job is
     better off without it (and with it still beats the 0.3 s baseline)."""
-    spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15], "compile": ["off", "on"]},
+    spec = fake_spec(tmp_path, knobs={"sleep": [0.3, 0.15], "compile": ["off", "on"]},
                  baseline={"sleep": 0.3, "compile": "off"}, objective=f"[objective]\njob_steps = {job_steps}",
                  seed_mode="use", minimize_pairs=3, doctor_max_repeats=3)
     rt, doctor, verification, final = _campaign(tmp_path, spec, {"sleep": 0.15, "compile": "on"})
@@ -164,7 +134,7 @@ def test_a_compile_like_change_is_promoted_only_when_its_start_up_is_repaid(tmp_
 
 
 def test_a_per_step_winner_that_loses_end_to_end_is_not_promoted(tmp_path, ray_session):
-    spec = _spec(tmp_path, knobs={"compile": ["off", "on"]}, baseline={"compile": "off"},
+    spec = fake_spec(tmp_path, knobs={"compile": ["off", "on"]}, baseline={"compile": "off"},
                  objective="[objective]\njob_steps = 2", minimize_pairs=2, doctor_max_repeats=3)
     rt, _, verification, final = _campaign(tmp_path, spec, {"compile": "on"})
     (verdict,) = verification.verdicts
@@ -182,7 +152,7 @@ def test_a_patch_proposed_during_the_run_must_pay_its_way(tmp_path, ray_session)
     from infrarsi.patches.patch import Patch, make_diff
     from infrarsi.stages.run.patching import grown
 
-    spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15]}, baseline={"sleep": 0.3}, minimize_pairs=2,
+    spec = fake_spec(tmp_path, knobs={"sleep": [0.3, 0.15]}, baseline={"sleep": 0.3}, minimize_pairs=2,
                  doctor_max_repeats=3)
 
     def propose_patch(rt):

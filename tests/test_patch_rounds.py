@@ -34,7 +34,7 @@ from infrarsi.stages.run.evidence import finalist_plan  # noqa: E402
 from infrarsi.stages.run.search import run_search  # noqa: E402
 from infrarsi.stages.run.verify import run_verification  # noqa: E402
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings  # noqa: E402
-from tests.adversarial.test_adversarial import reference_run, write_spec  # noqa: E402
+from helpers.adversarial_spec import reference_run, write_spec  # noqa: E402
 from tests.llm_server import Reply, running_server  # noqa: E402
 
 

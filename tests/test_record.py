@@ -9,7 +9,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
-from test_minimize import _spec
+from helpers.fake_spec import fake_spec
 
 from infrarsi.contract.loss_contract import ClassReference, LossContract
 from infrarsi.contract.noise import estimate_noise
@@ -41,7 +41,7 @@ BASELINE = {"sleep": 0.3, "noop": "a", "cap": False}
 
 @pytest.fixture
 def folder(tmp_path):
-    spec = _spec(tmp_path, knobs={"sleep": [0.3, 0.15], "noop": ["a", "b"], "cap": [False, True]}, baseline=BASELINE)
+    spec = fake_spec(tmp_path, knobs={"sleep": [0.3, 0.15], "noop": ["a", "b"], "cap": [False, True]}, baseline=BASELINE)
     return init_campaign(spec, tmp_path / "out")
 
 

@@ -7,10 +7,10 @@ every trial recorded before the fault kept as it was and none run twice."""
 import json
 
 import pytest
+from helpers.resume_spec import SPEC
 from mlflow import MlflowClient
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-from test_resume_stages import SPEC
 
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.options import CampaignOptions

@@ -4,7 +4,7 @@ nothing a cheat touches is promoted or staged."""
 
 import pytest
 from adversarial_cheats import replay_cheat, train_cheat
-from test_adversarial import reference_run, write_spec
+from helpers.adversarial_spec import reference_run, write_spec
 
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.workspace import CampaignDir

@@ -1,0 +1,1 @@
+"""What several test modules share (spec builders, reference runs); no test module imports another."""
