@@ -36,7 +36,7 @@ from last_microbatch import HONEST, cheat_patch, runtime
 from infrarsi.contract.checks import enforce  # noqa: E402
 from infrarsi.core.trial import Outcome, Role  # noqa: E402
 from infrarsi.harness.inprocess_pool import InProcessPool  # noqa: E402
-from infrarsi.stages.calibration import canary_loss_check, canary_split_runner  # noqa: E402
+from infrarsi.stages.canary import canary_loss_check, canary_split_runner  # noqa: E402
 from infrarsi.stages.doctor import run_doctor  # noqa: E402
 from infrarsi.stages.init import builtin_spec_path, init_campaign  # noqa: E402
 from infrarsi.stages.run.verify import canary_seed  # noqa: E402

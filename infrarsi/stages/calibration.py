@@ -16,9 +16,9 @@
   that moves by more than ``SPLIT_CLAIM_LIMIT`` under an honest split is not a function of
   the global batch, and doctor stops with what to set instead.
 
-Verification's loss check at its canary seeds (``canary_loss_check``) uses these classes
-and references too, and minimization reads the settings calibration found inert
-(``inert_knobs``).
+Verification's loss check at its canary seeds (``stages.canary``) uses these classes and
+references too, and the evidence plan and minimization read the settings calibration
+found inert (``inert_knobs``).
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ from infrarsi.contract.numerics import (
 )
 from infrarsi.core.errors import ContractError
 from infrarsi.core.knobs import Config, Value
-from infrarsi.core.spec import ContractSpec
 from infrarsi.core.trial import Outcome, Role, TrialResult
-from infrarsi.stages.budget import TrialBudgetExhausted
 from infrarsi.stages.runtime import CampaignRuntime
 
 # An honest run's score, times this, is the tolerance: candidates run once, so the bound
@@ -59,7 +57,8 @@ SPLIT_CLAIM_LIMIT = 0.01
 MAX_CLASSES = 8  # numerics classes doctor measures a reference for
 
 
-def _score(ref: TrialResult, run: TrialResult, signal: str, window: int) -> float:
+def loss_score(ref: TrialResult, run: TrialResult, signal: str, window: int) -> float:
+    """How far ``run``'s losses lie from ``ref``'s on the contract's signal (0: identical)."""
     reference = LossReference(losses=ref.losses, eval_losses=ref.eval_losses, tolerance=float("inf"),
                               signal=signal, window=window)
     return reference.compare(run.losses, run.eval_losses).score
@@ -87,7 +86,7 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
         raise ContractError("contract.loss_signal = \"eval\" but the baseline reported no eval losses; make the "
                             "job report `eval` events (eval_loss), or choose loss_signal \"step\" or \"window\"")
     legacy = LossReference(losses=base.losses, tolerance=float("inf"))
-    scores = [_score(base, r, signal, window) for r in runs]
+    scores = [loss_score(base, r, signal, window) for r in runs]
     rows: list[dict[str, Any]] = [{"config": "baseline repeats", "class": describe(()),
                                    "deviation": max(abs(legacy.deviation(r.losses)[0]) for r in runs),
                                    "score": max(scores)}]
@@ -103,7 +102,7 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
             warnings = _check_claim(signal, window, splits)
         r = _run(rt, cfg)
         ok = r.outcome is Outcome.OK
-        score = _score(base, r, signal, window) if ok else None
+        score = loss_score(base, r, signal, window) if ok else None
         rows.append({"config": variant, "class": describe(cls), "outcome": r.outcome.value, "trial_id": r.trial_id,
                      "deviation": legacy.deviation(r.losses)[0] if ok else None, "score": score})
         if ok and not cls:
@@ -143,7 +142,7 @@ def _class_reference(rt: CampaignRuntime, run: Callable[[CampaignRuntime, Config
     cfg = class_config(rt.space.validate(rt.spec.baseline), cls)
     reused, ref = ref is not None, ref or run(rt, cfg)
     ok = ref.outcome is Outcome.OK
-    scores = [_score(base, ref, signal, window)] if ok else []
+    scores = [loss_score(base, ref, signal, window)] if ok else []
     rows = [] if reused else [{"config": dict(cls), "class": describe(cls), "outcome": ref.outcome.value,
                                "trial_id": ref.trial_id, "deviation": None, "score": scores[0] if ok else None,
                                "role": "class reference"}]
@@ -156,7 +155,7 @@ def _class_reference(rt: CampaignRuntime, run: Callable[[CampaignRuntime, Config
         if not rt.space.is_feasible(split_cfg):
             continue
         split = run(rt, split_cfg)
-        score = _score(ref, split, signal, window) if split.outcome is Outcome.OK else None
+        score = loss_score(ref, split, signal, window) if split.outcome is Outcome.OK else None
         rows.append({"config": {**dict(cls), **variant}, "class": describe(cls), "outcome": split.outcome.value,
                      "trial_id": split.trial_id, "deviation": None, "score": score, "role": "honest split in class"})
         trial_ids.append(split.trial_id)
@@ -202,92 +201,6 @@ def _check_claim(signal: str, window: int, splits: list[tuple[dict, float]]) -> 
     return [message + "; the check cannot tell changes of that size from honest ones. A longer "
             "contract.loss_window or loss_signal = \"eval\" compares more closely"]
 
-
-
-def canary_loss_check(contract: ContractSpec, loss_contract: LossContract, baseline_run: TrialResult, seed: int,
-                      configs: list[Config], run_reference: Callable[[Config], TrialResult],
-                      run_split: Callable[[Config], TrialResult | None] | None = None,
-                      ) -> Callable[[TrialResult], TrialResult]:
-    """The loss check at a canary seed: each candidate against a run of its own numerics
-    class's reference config at that seed (the baseline run for the baseline's numerics;
-    the others run here with ``run_reference``, once per class among ``configs``), at the
-    class's tolerance. Verification checks every arm of its plan with it; minimization runs
-    no trial and reads the arms verification checked.
-
-    How far an honest change moves the loss depends on the seed: at one canary seed of the
-    built-in debug job a loss spike amplified the honest splits' fp32 deviation from ~5e-8
-    to 1.5e-5, five times the tolerance calibrated at the contract seed. So a candidate
-    whose loss breaks the class's tolerance is judged again at this seed's own honest
-    spread: doctor's honest splits run here in its class (``run_split``, once per class
-    and seed, only when needed) and the tolerance rises to ``TOLERANCE_MARGIN`` times their
-    largest deviation from the reference run, never below the calibrated one."""
-    runs = {(): baseline_run}
-    for cfg in configs:
-        cls = loss_contract.class_of(cfg)
-        ref = loss_contract.reference_of(cls)
-        if cls not in runs and ref is not None and not ref.failure:
-            runs[cls] = run_reference(loss_contract.reference_config(cls))
-    spread: dict[NumericsClass, tuple[float, list[str]]] = {}
-
-    def seed_spread(cls: NumericsClass, ref_run: TrialResult) -> tuple[float, list[str]]:
-        """The largest deviation of the honest splits at this seed, and their trial ids."""
-        if cls not in spread:
-            found, ids = [], []
-            for variant in loss_contract.splits if run_split else ():
-                cfg = {**loss_contract.reference_config(cls), **variant}
-                r = run_split(cfg)  # None where the split is infeasible in this class
-                ids += [r.trial_id] if r else []
-                if r and r.outcome is Outcome.OK:
-                    found.append(_score(ref_run, r, loss_contract.signal, loss_contract.window))
-            spread[cls] = max(found, default=0.0), ids
-        return spread[cls]
-
-    def check(result: TrialResult) -> TrialResult:
-        cls = loss_contract.class_of(result.config)
-        ref_run = runs.get(cls)
-        if ref_run is None or ref_run.outcome is not Outcome.OK:
-            checked = enforce(result, contract, loss_contract if ref_run is None else None)
-            if ref_run is None or checked.outcome is not Outcome.OK or not cls:
-                return checked  # the baseline's own failure fails the pair in the verdict
-            return checked.replace(outcome=Outcome.CONTRACT_VIOLATION,
-                                   reason=f"its reference in {describe(cls)} failed at canary seed {seed} "
-                                          f"({ref_run.trial_id}): the loss could not be checked")
-        name = "the baseline" if not cls else f"the {describe(cls)} reference"
-        reference = loss_contract.reference(cls, ref_run.losses, ref_run.eval_losses,
-                                            f"{name} at canary seed {seed} ({ref_run.trial_id})")
-        checked = enforce(result, contract, reference)
-        if checked.outcome is not Outcome.CONTRACT_VIOLATION or not reference.problems(result):
-            return checked
-        worst, ids = seed_spread(cls, ref_run)
-        if TOLERANCE_MARGIN * worst <= reference.tolerance:
-            return checked
-        at_seed = dataclasses.replace(reference, tolerance=TOLERANCE_MARGIN * worst, name=(
-            f"{reference.name}, whose honest splits at this seed ({', '.join(ids)}) moved it by up to {worst:.2e}"))
-        again = enforce(result, contract, at_seed)
-        return again.replace(extra={**again.extra, "loss_tolerance_at_seed": at_seed.tolerance,
-                                    "seed_splits": ids})
-
-    return check
-
-
-def canary_split_runner(rt: CampaignRuntime, seed: int,
-                        run_trial: Callable[..., TrialResult] | None = None) -> Callable[[Config], TrialResult | None]:
-    """``canary_loss_check``'s ``run_split``: an honest split at a canary seed, recorded as
-    a calibration run (``run_trial(config, role, seed, check)``: verification's, which takes
-    a resumed campaign's recorded run back). None where the split is infeasible, or where
-    the campaign's trial cap allows no more trials (the calibrated tolerance then stands)."""
-    def run(cfg: Config) -> TrialResult | None:
-        # A patch accepted during the run is a knob the doctor's baseline lacks: it is off.
-        if not rt.space.is_feasible({**dict.fromkeys(rt.space.names, False), **cfg}):
-            return None
-        check = lambda t: enforce(t, rt.spec.contract, None)  # noqa: E731
-        try:
-            if run_trial is not None:
-                return run_trial(cfg, Role.CALIBRATE, seed, check)
-            return rt.run_one(cfg, Role.CALIBRATE, seed=seed, check=check)
-        except TrialBudgetExhausted:
-            return None
-    return run
 
 
 def inert_knobs(doctor: Any, trials: Sequence[TrialResult], margin: float) -> dict[str, Value]:

@@ -17,7 +17,7 @@ import pytest
 
 from infrarsi.core.trial import Outcome, Role
 from infrarsi.harness.inprocess_pool import InProcessPool
-from infrarsi.stages.calibration import canary_loss_check, canary_split_runner
+from infrarsi.stages.canary import canary_loss_check, canary_split_runner
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
 from infrarsi.stages.run.verify import canary_seed

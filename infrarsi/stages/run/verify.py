@@ -20,7 +20,7 @@ beside them.
 Each round runs at its own canary seed (the contract's seed + 1000 + round), and every
 arm's losses are compared with a run in its own numerics at that seed (a candidate in
 another numerics class, e.g. bf16, with a run of the baseline in that class, at that
-class's tolerance: ``infrarsi.stages.calibration.canary_loss_check``). The search compared
+class's tolerance: ``infrarsi.stages.canary.canary_loss_check``). The search compared
 losses at the contract's seed, where a job that replays the baseline's recorded numbers
 while skipping the work is indistinguishable from an honest one; at a seed it has not
 seen, its replayed trajectory no longer matches. A job that ignores the seed it is given
@@ -49,7 +49,7 @@ from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.record.campaign import read_verification, write
 from infrarsi.record.verification import FINALIST, LEAVE_ONE_OUT, Arm, Verdict, VerificationPlan, VerificationReport
 from infrarsi.stages.budget import TrialBudgetExhausted
-from infrarsi.stages.calibration import canary_loss_check, canary_split_runner
+from infrarsi.stages.canary import canary_loss_check, canary_split_runner
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.run.evidence import round_runs
 from infrarsi.stages.run.sequential import Decision, Look, SequentialRule, log_ratios, look
