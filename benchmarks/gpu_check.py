@@ -220,7 +220,7 @@ def findings(cdir, doctor, probe) -> dict:
     from infrarsi.core.trial import Outcome
     from infrarsi.record.campaign import promoted as promoted_verdict
     from infrarsi.record.campaign import read_contract
-    from infrarsi.stages.report.report import summarize
+    from infrarsi.stages.report.summary import summarize
 
     summary = summarize(cdir)
     trials = Ledger(cdir.ledger).trials()

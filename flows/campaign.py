@@ -11,7 +11,7 @@ from infrarsi.core.options import CampaignOptions
 from infrarsi.harness.process_guard import guard_campaign
 from infrarsi.record.campaign import read_summary
 from infrarsi.stages.budget import campaign_cap
-from infrarsi.stages.report.report import campaign_metrics
+from infrarsi.stages.report.summary import campaign_metrics
 from infrarsi.stages.run import patching
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 from tasks.publish import name_flow_run, publish_task

@@ -12,7 +12,7 @@ from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
 from infrarsi.core.workspace import CampaignDir
-from infrarsi.stages.report.report import summary_rows
+from infrarsi.stages.report.summary import summary_rows
 
 
 def name_flow_run(name: str) -> None:

@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 
 from infrarsi.core.workspace import CampaignDir
+from infrarsi.record.campaign import read_summary
 from infrarsi.stages.apply import run_apply
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
-from infrarsi.record.campaign import read_summary
-from infrarsi.stages.report.report import build_report, campaign_metrics
+from infrarsi.stages.report.report import build_report
+from infrarsi.stages.report.summary import campaign_metrics
 from infrarsi.stages.run.evidence import plan_verification
 from infrarsi.stages.run.minimize import run_minimize
 from infrarsi.stages.run.search import run_search

@@ -7,7 +7,7 @@ from mlflow import MlflowClient
 
 from infrarsi.cli.main import main
 from infrarsi.core.ledger import Ledger
-from infrarsi.stages.report.report import summarize
+from infrarsi.stages.report.summary import summarize
 
 
 @pytest.fixture(scope="module")

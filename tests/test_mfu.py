@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.stages.report.accelerators import detect_device_names, lookup
 from infrarsi.record.doctor import DoctorReport
 from infrarsi.record.verification import Verdict
+from infrarsi.stages.report.accelerators import detect_device_names, lookup
 from infrarsi.stages.report.mfu import campaign_mfu, mfu
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_a_campaign_on_a_known_gpu_puts_its_mfu_in_the_report_and_on_the_mlflow_
     from mlflow.tracking import MlflowClient
     from staged_campaign import run_staged
 
-    from infrarsi.stages.report.report import summarize
+    from infrarsi.stages.report.summary import summarize
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cdir = run_staged(tmp_path, name="sim-mfu", proposer="random", store=store, num_trials=4, in_process=True,

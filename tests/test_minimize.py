@@ -15,7 +15,8 @@ from infrarsi.record.campaign import read_minimize
 from infrarsi.stages.apply import commit_message
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.report.report import render_markdown, summarize
+from infrarsi.stages.report.report import render_markdown
+from infrarsi.stages.report.summary import summarize
 from infrarsi.stages.run.evidence import plan_verification
 from infrarsi.stages.run.minimize import MinimizeReport, run_minimize
 from infrarsi.stages.run.search import contract_seed_history

@@ -38,7 +38,7 @@ from infrarsi.core import progress
 from infrarsi.core.errors import InfrarsiError
 from infrarsi.core.workspace import CampaignDir
 from infrarsi.stages.init import init_campaign
-from infrarsi.stages.report.report import summarize
+from infrarsi.stages.report.summary import summarize
 from infrarsi.stages.runtime import CampaignRuntime, RuntimeSettings
 from tests.llm_server import Reply, running_server
 

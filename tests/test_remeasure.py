@@ -43,7 +43,7 @@ def test_a_timing_still_contaminated_is_a_campaign_warning_once(tmp_path):
 def test_the_summary_counts_trials_and_the_attempts_beside_them(tmp_path):
     """A re-measured trial and a trial whose Ray actor died once are one trial each; a trial
     cut short by an infrastructure fault (only a superseded attempt) is none."""
-    from infrarsi.stages.report.report import summarize
+    from infrarsi.stages.report.summary import summarize
 
     contract, cdir = init_campaign(tiny_spec(tmp_path, capacity_bytes=2**31, num_trials=2), tmp_path / "out")
     rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none"))

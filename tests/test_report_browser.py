@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from infrarsi.core.ledger import Ledger
-from infrarsi.stages.report.report import summarize
+from infrarsi.stages.report.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("report_screenshot", ROOT / "benchmarks" / "report_screenshot.py")

@@ -15,7 +15,8 @@ from infrarsi.core.workspace import CampaignDir
 from infrarsi.stages.report.blocks import config_changes
 from infrarsi.stages.report.headline import warnings
 from infrarsi.stages.report.promotion import ground
-from infrarsi.stages.report.report import build_report, report_context, summarize
+from infrarsi.stages.report.report import build_report, report_context
+from infrarsi.stages.report.summary import summarize
 
 ALL = {"contributions", "best_so_far", "time_vs_memory", "verification", "learned"}
 

@@ -14,7 +14,7 @@ from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.stages.budget import TrialBudgetExhausted, doctor_trials, stage_of, trial_cap, trials_by_stage
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import builtin_spec_path, init_campaign
-from infrarsi.stages.report.report import summarize
+from infrarsi.stages.report.summary import summarize
 from infrarsi.stages.run.evidence import plan_verification
 from infrarsi.stages.run.minimize import run_minimize
 from infrarsi.stages.run.reserve import search_trials, verification_reserve
