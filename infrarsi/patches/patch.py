@@ -88,7 +88,6 @@ class Patch(Record):
         return patch_knob_name(self.name)
 
 
-
 def load_patch(folder: Path) -> Patch:
     diff_path, meta_path = folder / "patch.diff", folder / "meta.toml"
     if not diff_path.is_file() or not meta_path.is_file():

@@ -63,13 +63,12 @@ class VerificationPlan(Record):
 
     @classmethod
     def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A plan written before the practical margin called it the noise floor."""
-        return {"margin": data.get("noise_floor", 0.0), **data}
+        return _margin_was_noise_floor(data, missing=0.0)
 
 
-def _margin_was_noise_floor(cls: type, data: Mapping[str, Any]) -> Mapping[str, Any]:
+def _margin_was_noise_floor(data: Mapping[str, Any], missing: float | None = None) -> Mapping[str, Any]:
     """A folder written before the practical margin called it the noise floor."""
-    return {"margin": data.get("noise_floor"), **data}
+    return {"margin": data.get("noise_floor", missing), **data}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +99,9 @@ class Verdict(Record):
     clears: bool = False  # its lower bound cleared 1 + the margin with no failed run
     level: float | None = None  # the one-sided level of each bound at the deciding look
 
-    upgrade = classmethod(_margin_was_noise_floor)
+    @classmethod
+    def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        return _margin_was_noise_floor(data)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,4 +125,4 @@ class VerificationReport(Record):
     @classmethod
     def upgrade(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """A report with no plan wrote an empty one."""
-        return {**_margin_was_noise_floor(cls, data), "plan": data.get("plan") or None}
+        return {**_margin_was_noise_floor(data), "plan": data.get("plan") or None}

@@ -15,6 +15,7 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from infrarsi.core.ledger import Ledger
+from infrarsi.core.options import CampaignOptions
 from infrarsi.core.spec import CampaignSpec
 from infrarsi.core.trial import Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
@@ -136,11 +137,10 @@ def campaign_headline(cdir: CampaignDir, s: Mapping[str, Any], *, spec: Campaign
                       verification: VerificationReport | None, search: Mapping[str, Any]) -> dict[str, Any]:
     """The headline of the campaign in ``cdir``, from its summary ``s``, its ``spec``, its
     ledger's ``trials``, its final verification and its search record (each may be empty)."""
-    options = cdir.remembered_options()
     apply_json = cdir.root / "apply.json"
     repository = cdir.read_json(apply_json).get("repository") if apply_json.exists() else None
     lines = warnings(s, trials, search_budget=search.get("budget"),
-                     asked_budget=options.get("budget") or spec.budget.num_trials,
+                     asked_budget=CampaignOptions().resumed(cdir).search_budget(spec),
                      llm_warnings=llm_warnings(Ledger(cdir.ledger).events()))
     return headline(s, trials=[t for t in trials if not t.extra.get("retried")],
                     promoted=verification.promoted if verification else None, baseline=spec.baseline,

@@ -87,7 +87,7 @@ def _integer_axis(axis: Any) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def contributions(path: Path, changes: Sequence[Mapping[str, Any]], margin: float | None, margin_name: str) -> bool:
+def contributions(path: Path, changes: Sequence[Mapping[str, Any]], margin: float | None) -> bool:
     """Each change of the leader (``label``, ``contribution``, ``ci``, ``kept``, ``ground``,
     ``source``): a bar from 1 to its contribution (the objective without it over with it),
     its 90% interval, coloured kept or dropped, hatched where the time model predicted it
@@ -120,7 +120,7 @@ def contributions(path: Path, changes: Sequence[Mapping[str, Any]], margin: floa
     handles = [Patch(facecolor=KEPT, label="kept"), Patch(facecolor=DROPPED, label="dropped"),
                Patch(facecolor="white", edgecolor=BASELINE, hatch="///", label="predicted (hatched)")]
     if margin:
-        handles.append(ax.axvline(1 + margin, color=BASELINE, ls=":", lw=1, label=f"1 + {margin_name} {margin:.1%}"))
+        handles.append(ax.axvline(1 + margin, color=BASELINE, ls=":", lw=1, label=f"1 + practical margin {margin:.1%}"))
     _legend_below(ax, ncol=4, handles=handles)
     span = max(highs) - min(lows)
     ax.set_xlim(min(lows) - 0.05 * span, max(highs) + 0.75 * span)  # room for the labels on the right
@@ -212,7 +212,7 @@ def time_vs_memory(path: Path, trials: Sequence[TrialResult], capacity_bytes: fl
 
 
 def verification_picture(path: Path, verdicts: Sequence[Verdict], rounds: Sequence[Mapping[str, Any]],
-                 margin: float | None, margin_name: str) -> bool:
+                 margin: float | None) -> bool:
     """Each arm's ratio to the baseline run of its round (> 1: faster), round by round, and
     its final interval at the right; the line that a lower bound must clear."""
     arms = [v for v in verdicts if v.baseline_times_s and v.candidate_times_s]
@@ -246,7 +246,7 @@ def verification_picture(path: Path, verdicts: Sequence[Verdict], rounds: Sequen
                         fmt="s", color=colour, capsize=3, ms=4)
     ax.axhline(1, color=BASELINE, lw=1)
     if margin:
-        ax.axhline(1 + margin, color=BASELINE, ls=":", lw=1, label=f"1 + {margin_name} {margin:.1%}")
+        ax.axhline(1 + margin, color=BASELINE, ls=":", lw=1, label=f"1 + practical margin {margin:.1%}")
     _y_range(ax, [*shown, 1.0], strip=False)
     _integer_axis(ax.xaxis)
     ax.set(xlabel="round (squares: each arm's final 90% interval)", ylabel="baseline / arm (> 1: faster)",
@@ -332,19 +332,20 @@ CAPTIONS = {
 
 def draw(plots_dir: Path, *, search: Sequence[TrialResult], runs: Sequence[TrialResult], doctor: DoctorReport | None,
          verification: VerificationReport | None, effects: Sequence[Mapping], capacity_bytes: float, baseline: Mapping,
-         contributions_rows: Sequence[Mapping], margin: tuple[float | None, str]) -> tuple[list[Picture], list[str]]:
+         contributions_rows: Sequence[Mapping]) -> tuple[list[Picture], list[str]]:
     """Every picture the records allow, under ``plots_dir``; the pictures drawn, and for
     each one that could not be, why. A picture not drawn this time is removed, so the
     folder never shows one from an earlier state."""
     plots_dir.mkdir(exist_ok=True)
     verdicts = verification.verdicts if verification else ()
+    margin = verification.margin if verification else None  # what a lower bound had to clear, over 1
     promoted = verification.promoted if verification else None
     peaks = {t.trial_id: t.peak_memory_bytes for t in runs}
     promoted_peaks = [peaks[c] for _, c in (promoted.pairs if promoted else ()) if peaks.get(c)]
     promoted_s = median_or_none(promoted.candidate_times_s if promoted else ())
     baseline_s = doctor.step_time_s if doctor else None
     jobs = {
-        "contributions": (lambda p: contributions(p, contributions_rows, *margin),
+        "contributions": (lambda p: contributions(p, contributions_rows, margin),
                           "minimization has not run (no minimize.json), or nothing was promoted"),
         "best_so_far": (lambda p: best_so_far(p, search, baseline_s, promoted_s), "no search trial finished ok"),
         "time_vs_memory": (lambda p: time_vs_memory(
@@ -352,7 +353,7 @@ def draw(plots_dir: Path, *, search: Sequence[TrialResult], runs: Sequence[Trial
             (median_or_none(promoted_peaks), promoted_s) if promoted_peaks and promoted_s else None),
             "no search trial recorded both a step time and a peak memory"),
         "verification": (lambda p: verification_picture(p, verdicts, verification.rounds if verification else (),
-                                                         *margin), "nothing was verified"),
+                                                         margin), "nothing was verified"),
         "learned": (lambda p: learned(p, effects, baseline, promoted.config if promoted else None),
                     "the search recorded no fitted model (only the engine proposer fits one)"),
     }

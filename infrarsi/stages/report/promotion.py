@@ -52,12 +52,6 @@ def ground(c: Mapping[str, Any]) -> str:
     return head or ("inert" if c.get("inert") else "")
 
 
-def margin(verification: VerificationReport | None) -> tuple[float | None, str]:
-    """The bar a lower bound had to clear, over 1, and its name: the practical margin (in a
-    folder written before it existed, the noise floor, read in its place)."""
-    return (verification.margin if verification else None), "practical margin"
-
-
 def contribution_rows(minimize: MinimizeReport | None) -> list[dict[str, Any]]:
     """Each change of the leader, kept and dropped, as the contributions picture draws it."""
     return [{"label": fmt_change(c.knob, c.baseline_value, c.value), "contribution": c.contribution,

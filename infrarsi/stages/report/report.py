@@ -29,7 +29,6 @@ from infrarsi.stages.report.learned import learned_blocks, setting_effects
 from infrarsi.stages.report.promotion import (
     contribution_rows,
     contribution_sections,
-    margin,
     noise_bullets,
     result_bullets,
     verification_blocks,
@@ -125,7 +124,7 @@ def report_context(cdir: CampaignDir) -> dict[str, Any]:
     pictures, missing = plots.draw(
         cdir.plots, search=[t for t in final if t.role is Role.SEARCH], runs=final, doctor=doctor,
         verification=verification, effects=setting_effects(search), baseline=baseline,
-        capacity_bytes=spec.device.memory_capacity, margin=margin(verification),
+        capacity_bytes=spec.device.memory_capacity,
         contributions_rows=contribution_rows(minimize if minimize and minimize.winner else None))
     costs = cost_by_outcome(trials)
     sections = [
