@@ -173,11 +173,16 @@ def worker(spec_path: Path, out: Path, noise: float) -> dict:
             counts[_stage(t.role.value, t.extra.get("job_seed"))] += 1
     promoted = final.promoted
     # read as JSON: this worker may run an older infrarsi (``--before``), without infrarsi.record
-    changes = cdir.read_json(cdir.plan).get("changes", {}) if cdir.plan.exists() else {}
+    plan_json = cdir.read_json(cdir.plan) if cdir.plan.exists() else {}
+    changes = plan_json.get("changes", {})
     base = true(contract.spec.baseline)
+    search_ok = [t.config for t in Ledger(cdir.ledger).trials() if t.role.value == "search" and t.outcome.value == "ok"]
     return {"trials": {s: counts[s] for s in STAGES}, "promoted": dict(promoted.config) if promoted else None,
             "verified_speedup": promoted.speedup if promoted else None,
             "true_speedup": base / true(promoted.config) if promoted else None,
+            # what verification and the search had to choose from (true speedups; 1.0: nothing)
+            "best_arm_speedup": max([base / true(a["config"]) for a in plan_json.get("arms", [])] + [1.0]),
+            "best_search_speedup": max([base / true(c) for c in search_ok] + [1.0]),
             # the search put the inert knob in a finalist: verification had it to drop or keep
             "winner_planted": any(c["knob"] == PLANTED for cs in changes.values() for c in cs),
             "promoted_planted": bool(promoted and promoted.config.get(PLANTED) is True)}
@@ -351,7 +356,9 @@ def _sim_table(rows: list[dict]) -> list[str]:
            "added to the plain job, declared as changing the numerics or keeping them. *False promotion*: "
            "something promoted on a tuned job, or a promoted config truly slower than the baseline. *Fraction "
            "of the oracle*: the promoted config's true speedup (noise-free; 1.0 when nothing was promoted) over "
-           "the oracle's, median over the plain jobs. *Planted kept*: campaigns whose promoted config carries "
+           "the oracle's, median over the plain jobs; in brackets what the campaign had to choose from, the "
+           "same figure for the truly fastest arm verification ran and for the truly fastest config a search "
+           "trial ran (where recorded). *Planted kept*: campaigns whose promoted config carries "
            "the inert knob, of those where the search put it in a finalist.", "",
            "| sim noise | jobs | protocol | campaigns | doctor | search | verification | minimization | all | "
            "false promotion | promoted | fraction of the oracle | planted kept |",
@@ -367,6 +374,9 @@ def _sim_table(rows: list[dict]) -> list[str]:
                 false = sum(1 for r in mine if r["promoted"] is not None and (tuned or r["true_speedup"] <= 1.0))
                 fracs = [(r["true_speedup"] or 1.0) / r["oracle_speedup"] for r in mine]
                 frac = "-" if tuned else f"{statistics.median(fracs):.3f}"
+                if not tuned and all("best_arm_speedup" in r for r in mine):
+                    frac += " ({:.3f}, {:.3f})".format(*(statistics.median(r[k] / r["oracle_speedup"] for r in mine)
+                                                         for k in ("best_arm_speedup", "best_search_speedup")))
                 carried = [r for r in mine if r.get("winner_planted")]
                 planted = (f"{sum(r['promoted_planted'] for r in carried)} of {len(carried)}"
                            if kind.startswith("planted") else "-")

@@ -283,12 +283,21 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
         counts = {c: sum(1 for x in changes if x.call == c) for c in CALLS}
         note += "; the leader's changes: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n)
     arms, rounds = within_cap(arms, rt.trials_left, doctor)
+    if per_step:
+        arms = [arms[0], *(_predicted(rt, model, a, arms[0]) for a in arms[1:])]
     if rounds < budget.verify_pairs:
         note += f"; the trial cap affords {rounds} round(s) of {len(arms)} arm(s)"
     plan = VerificationPlan(arms=tuple(arms), changes={k: tuple(v) for k, v in calls.items()}, margin=margin,
                             note=note)
     write(rt.cdir, rt.cdir.plan, plan)
     return plan
+
+
+def _predicted(rt: CampaignRuntime, model: Any, arm: Arm, leader: Arm) -> Arm:
+    """``arm`` with the time model's gain over the leader (log scale) and its sd."""
+    gap, sd = model.time_model.predict_difference(np.array(rt.space.indices(arm.config)),
+                                                  np.array(rt.space.indices(leader.config)))
+    return replace(arm, predicted_gain=-float(gap), predicted_sd=float(sd))
 
 
 def leave_one_out_order(c: ChangeEvidence) -> tuple[float, str]:

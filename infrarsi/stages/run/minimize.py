@@ -7,8 +7,9 @@ No trial runs here: verification already measured the plan's arms side by side
 less the changes there was evidence to drop (the *smaller* config), and that config less
 each change the time model could not call (*leave-one-out*).
 
-The fastest arm that cleared verification is promoted unless the evidence says the user
-loses nothing by less: failing to show a difference is not evidence of none. A change is
+The fastest arm that cleared verification (its pairs against the leader weighed with the
+time model's prediction: ``gains``) is promoted unless the evidence says the user loses
+nothing by less: failing to show a difference is not evidence of none. A change is
 dropped only on one of these grounds (``Ground``):
 
 - *equivalent*: leaving it out is shown to cost less than the practical margin
@@ -36,6 +37,7 @@ it; > 1: it pays), where that figure comes from (*measured* by leave-one-out pai
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 from typing import Mapping
 
@@ -192,14 +194,51 @@ def _acceptable(v: Verdict, best: Verdict, runs: _Runs, base: Mapping[str, Value
     return f"{v.arm} leaves out only changes with grounds to drop them ({grounds}){seen}"
 
 
+def gains(cleared: list[Verdict], plan: VerificationPlan, runs: _Runs, steps: float | None) -> dict[str, float]:
+    """Each cleared arm's gain over the leader, log(leader's objective / the arm's): the mean
+    of the pairs they shared, weighed by precision with the time model's prediction from the
+    runs before verification (``Arm.predicted_gain``). A few noisy pairs alone would crown
+    whichever arm's runs happened to be quick; the model has seen every search trial of the
+    arms' neighbours. The pairs' variance is pooled over the arms (each arm's own spread of
+    two or three pairs is itself too noisy to weigh by). With a declared job length the
+    objective counts start-up, which the model does not predict: the pairs alone decide."""
+    leader = plan.leader
+    if leader is None:
+        return {v.arm: math.log(v.speedup) for v in cleared}
+    logs = {}
+    for v in cleared:
+        pairs = runs.shared(leader.key, v.arm)  # (the leader's run, v's run)
+        logs[v.arm] = log_ratios([run_time_s(a, steps) for a, _ in pairs], [run_time_s(b, steps) for _, b in pairs])
+    dof = sum(len(x) - 1 for x in logs.values() if len(x) >= 2)
+    pooled = sum(sum((y - statistics.fmean(x)) ** 2 for y in x) for x in logs.values() if len(x) >= 2) / dof \
+        if dof else math.inf
+    arms = {a.key: a for a in plan.arms}
+    out = {}
+    for v in cleared:
+        arm, x = arms.get(v.arm), logs[v.arm]
+        if v.arm == leader.key:
+            out[v.arm] = 0.0
+            continue
+        terms = [(statistics.fmean(x), pooled / len(x))] if x and pooled > 0 else [(statistics.fmean(x), 0.0)] if x else []
+        if arm is not None and arm.predicted_gain is not None and steps is None:
+            terms.append((arm.predicted_gain, arm.predicted_sd ** 2))
+        exact = [m for m, var in terms if var == 0.0]
+        finite = [(m, var) for m, var in terms if 0.0 < var < math.inf]
+        out[v.arm] = (exact[0] if exact else sum(m / var for m, var in finite) / sum(1 / var for _, var in finite)
+                      if finite else math.log(v.speedup))
+    return out
+
+
 def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Value],
             evidence: Mapping[tuple[str, Value], _Evidence], tainted: set[str], margin: float, steps: float | None
             ) -> tuple[Verdict | None, Verdict | None, str]:
-    """(the fastest cleared arm, the promoted one, why)."""
+    """(the fastest cleared arm by ``gains``, the promoted one, why)."""
     cleared = [v for v in verification.verdicts if v.clears and not any(v.config.get(k) is True for k in tainted)]
     if not cleared:
         return None, None, "nothing cleared verification: the baseline stands"
-    best = max(cleared, key=lambda v: v.speedup)
+    plan = verification.plan or VerificationPlan(arms=(), changes={}, margin=margin)
+    gain = gains(cleared, plan, runs, steps)
+    best = max(cleared, key=lambda v: (gain[v.arm], v.speedup))
     ok = [(v, why) for v in cleared if v is not best
           for why in [_acceptable(v, best, runs, base, evidence, margin, steps)] if why]
     if not ok:
