@@ -256,3 +256,37 @@ def _check_leftovers_ended(proc: subprocess.Popen, bystander: subprocess.Popen, 
     assert [w["message"] for w in CampaignDir(folder).read_warnings()] == lines
     assert not index.exists()
     assert end_leftovers(folder) == []  # said once
+
+
+def test_a_pkill_that_reaches_the_watchdog_too_leaves_nothing(tmp_path, monkeypatch):
+    """``pkill -f`` on the campaign's command line (or on ``infrarsi``) sends SIGTERM to every
+    match: the watchdog's command line must not repeat the campaign's, and a SIGTERM that
+    reaches it anyway must not stop it ending what the campaign started."""
+    monkeypatch.setenv("INFRARSI_DATA_DIR", str(tmp_path / "data"))
+    folder = tmp_path / "campaign"
+    folder.mkdir()
+    script = tmp_path / "campaign.py"
+    script.write_text(CAMPAIGN)
+    proc = subprocess.Popen([sys.executable, str(script), str(folder)], env={**os.environ, "PYTHONPATH": str(REPO)},
+                            start_new_session=True)
+    record = None
+    try:
+        record_path = CampaignDir(folder).processes
+        deadline = time.monotonic() + 60
+        while not (record_path.exists() and len(GuardRecord.model_validate_json(record_path.read_text()).noted) == 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "the watchdog never noted the processes"
+            time.sleep(0.1)
+        record = GuardRecord.model_validate_json(record_path.read_text())
+        watchdog = psutil.Process(record.watchdog.pid)
+        assert str(script) not in " ".join(watchdog.cmdline())
+        for pid in (record.watchdog.pid, proc.pid):
+            os.kill(pid, signal.SIGTERM)
+        proc.wait()
+        assert _ends_within(set(record.noted), time.monotonic()) == []
+        assert GuardRecord.model_validate_json(record_path.read_text()).finished
+    finally:
+        proc.kill()
+        proc.wait()
+        for n in record.noted if record is not None else ():
+            if (p := n.running()) is not None:
+                p.kill()

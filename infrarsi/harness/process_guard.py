@@ -15,9 +15,11 @@ When the campaign process ends (its last line, an exception, SIGINT, SIGTERM, SI
 kernel closes its end of the pipe; the watchdog then ends what it noted and what carries the
 token: SIGTERM, ``GRACE_S``, then SIGKILL (Ray's agents ignore SIGTERM). A noted pid is
 signalled only while its start time is the one noted: a pid the kernel gave to another
-process since is never touched. Nothing is ended by name.
+process since is never touched. Nothing is ended by name. The watchdog ignores SIGTERM,
+SIGINT and SIGHUP (``pkill -f infrarsi`` reaches it too) and its command line does not
+repeat the campaign's.
 
-Where the watchdog could not finish (it was killed too), its record stays: the next campaign
+Where the watchdog could not finish (it was SIGKILLed too), its record stays: the next campaign
 on the machine, and ``--resume`` of that campaign, end what it lists and say so.
 """
 
@@ -262,10 +264,12 @@ def _install() -> _Guard:
     index.parent.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()  # not inheritable: only the watchdog gets the read end, nobody else the write end
     env = {k: v for k, v in os.environ.items() if k != GUARD_ENV}
+    # The record goes through the index, not the watchdog's argv: a ``pkill -f`` aimed at the
+    # campaign's command line must not match the watchdog's.
+    _write(GuardRecord(token=token, campaign=me), [index])
     with open(index.with_suffix(".log"), "ab") as log:
         watchdog = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(read_fd), str(index),
-             GuardRecord(token=token, campaign=me).model_dump_json()],
+            [sys.executable, "-m", __name__, str(read_fd), str(index)],
             pass_fds=(read_fd,), start_new_session=True, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     os.close(read_fd)
     # A child forked without exec does not keep the pipe open past this process's end.
@@ -336,6 +340,11 @@ def _end_leftovers_of(record: GuardRecord, own: bool) -> list[str]:
     return [message]
 
 
-if __name__ == "__main__":  # the watchdog: READ_FD INDEX_PATH RECORD_JSON
-    _Watchdog(GuardRecord.model_validate_json(sys.argv[3]).model_copy(
-        update={"watchdog": NotedProcess.of(psutil.Process())}), Path(sys.argv[2])).run(int(sys.argv[1]))
+if __name__ == "__main__":  # the watchdog: READ_FD INDEX_PATH (the record, written by _install)
+    # It ends itself once the campaign process is gone; a signal meant to end the campaign
+    # (``pkill -f infrarsi`` sends SIGTERM to both) must not end it first.
+    for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(_sig, signal.SIG_IGN)
+    _index = Path(sys.argv[2])
+    _Watchdog(GuardRecord.model_validate_json(_index.read_text()).model_copy(
+        update={"watchdog": NotedProcess.of(psutil.Process())}), _index).run(int(sys.argv[1]))
