@@ -194,7 +194,8 @@ def _acceptable(v: Verdict, best: Verdict, runs: _Runs, base: Mapping[str, Value
     return f"{v.arm} leaves out only changes with grounds to drop them ({grounds}){seen}"
 
 
-def gains(cleared: list[Verdict], plan: VerificationPlan, runs: _Runs, steps: float | None) -> dict[str, float]:
+def gains(verdicts: tuple[Verdict, ...], cleared: list[Verdict], plan: VerificationPlan, runs: _Runs,
+          steps: float | None) -> dict[str, float]:
     """Each cleared arm's gain over the leader, log(leader's objective / the arm's): the mean
     of the pairs they shared, weighed by precision with the time model's prediction from the
     runs before verification (``Arm.predicted_gain``). A few noisy pairs alone would crown
@@ -203,29 +204,30 @@ def gains(cleared: list[Verdict], plan: VerificationPlan, runs: _Runs, steps: fl
     two or three pairs is itself too noisy to weigh by). With a declared job length the
     objective counts start-up, which the model does not predict: the pairs alone decide."""
     leader = plan.leader
-    if leader is None:
+    lead = next((v.speedup for v in verdicts if leader is not None and v.arm == leader.key and v.speedup), None)
+    if leader is None or lead is None:
         return {v.arm: math.log(v.speedup) for v in cleared}
     logs = {}
     for v in cleared:
-        pairs = runs.shared(leader.key, v.arm)  # (the leader's run, v's run)
-        logs[v.arm] = log_ratios([run_time_s(a, steps) for a, _ in pairs], [run_time_s(b, steps) for _, b in pairs])
-    dof = sum(len(x) - 1 for x in logs.values() if len(x) >= 2)
-    pooled = sum(sum((y - statistics.fmean(x)) ** 2 for y in x) for x in logs.values() if len(x) >= 2) / dof \
-        if dof else math.inf
+        if v.arm != leader.key:
+            pairs = runs.shared(leader.key, v.arm)  # (the leader's run, v's run)
+            logs[v.arm] = log_ratios([run_time_s(a, steps) for a, _ in pairs],
+                                     [run_time_s(b, steps) for _, b in pairs])
+    spread = [x for x in logs.values() if len(x) >= 2]
+    dof = sum(len(x) - 1 for x in spread)
+    pooled = sum((len(x) - 1) * statistics.variance(x) for x in spread) / dof if dof else 0.0
     arms = {a.key: a for a in plan.arms}
-    out = {}
-    for v in cleared:
-        arm, x = arms.get(v.arm), logs[v.arm]
-        if v.arm == leader.key:
-            out[v.arm] = 0.0
+    out = {leader.key: 0.0}
+    for arm_key, x in logs.items():
+        arm = arms.get(arm_key)
+        if not x:  # no round beside the leader: the verdicts alone
+            out[arm_key] = math.log(next(v.speedup for v in cleared if v.arm == arm_key) / lead)
             continue
-        terms = [(statistics.fmean(x), pooled / len(x))] if x and pooled > 0 else [(statistics.fmean(x), 0.0)] if x else []
-        if arm is not None and arm.predicted_gain is not None and steps is None:
-            terms.append((arm.predicted_gain, arm.predicted_sd ** 2))
-        exact = [m for m, var in terms if var == 0.0]
-        finite = [(m, var) for m, var in terms if 0.0 < var < math.inf]
-        out[v.arm] = (exact[0] if exact else sum(m / var for m, var in finite) / sum(1 / var for _, var in finite)
-                      if finite else math.log(v.speedup))
+        mean = statistics.fmean(x)
+        if pooled > 0 and arm is not None and arm.predicted_gain is not None and steps is None:
+            measured, predicted = len(x) / pooled, 1 / arm.predicted_sd ** 2  # precisions
+            mean = (mean * measured + arm.predicted_gain * predicted) / (measured + predicted)
+        out[arm_key] = mean
     return out
 
 
@@ -237,7 +239,7 @@ def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Va
     if not cleared:
         return None, None, "nothing cleared verification: the baseline stands"
     plan = verification.plan or VerificationPlan(arms=(), changes={}, margin=margin)
-    gain = gains(cleared, plan, runs, steps)
+    gain = gains(verification.verdicts, cleared, plan, runs, steps)
     best = max(cleared, key=lambda v: (gain[v.arm], v.speedup))
     ok = [(v, why) for v in cleared if v is not best
           for why in [_acceptable(v, best, runs, base, evidence, margin, steps)] if why]
