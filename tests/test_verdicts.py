@@ -170,7 +170,7 @@ def test_a_gain_shown_within_the_margin_keeps_no_change():
     assert _measured([0.151811, 0.152115], [0.15, 0.15]).measured_pays
 
 
-def _fastest(smaller_s: list[float], predicted_gain: float | None) -> str:
+def _fastest(smaller_s: list[float], predicted_gain: float | None) -> tuple[str, str]:
     """The fastest cleared arm minimization sees when the arm without the change ran
     ``smaller_s`` beside the leader's three runs of 0.15 s, and the time model, from the runs
     before verification, predicted its gain over the leader (log scale, sd 1%)."""
@@ -183,16 +183,17 @@ def _fastest(smaller_s: list[float], predicted_gain: float | None) -> str:
     leader = _cleared("finalist 1", dict(leader_arm.config), 2.0)
     smaller = _cleared("finalist 1 less noop", dict(BASE), 2.02)
     report = VerificationReport(verdicts=(leader, smaller), margin=MARGIN, plan=plan)
-    best, _, _ = _choose(report, _rounds([0.15] * 3, smaller_s), BASE, _evidence(UNCERTAIN, 0.9, 1.1), set(),
-                         MARGIN, None)
-    return best.arm
+    best, _, why = _choose(report, _rounds([0.15] * 3, smaller_s), BASE, _evidence(UNCERTAIN, 0.9, 1.1), set(),
+                           MARGIN, None)
+    return best.arm, why
 
 
 def test_the_fastest_arm_weighs_the_pairs_with_the_model():
     """Three pairs spread 2% put the arm without the change 1% ahead; the model, from every
     search run near both, puts it 3% behind, surely: a few noisy pairs alone would crown it."""
     noisy = [0.1455, 0.1515, 0.1485]
-    assert _fastest(noisy, None) == "finalist 1 less noop"
-    assert _fastest(noisy, -0.03) == "finalist 1"
+    assert _fastest(noisy, None)[0] == "finalist 1 less noop"
+    arm, why = _fastest(noisy, -0.03)
+    assert arm == "finalist 1" and "the pairs alone put finalist 1 less noop first" in why, why
     # pairs that agree to 0.03% outweigh the model
-    assert _fastest([0.1485, 0.14855, 0.14845], -0.03) == "finalist 1 less noop"
+    assert _fastest([0.1485, 0.14855, 0.14845], -0.03)[0] == "finalist 1 less noop"

@@ -31,7 +31,8 @@ From them:
   fit and to run; the runners-up; and the smaller config less each uncertain change
   (*leave-one-out*). Verification runs all of them in the same rounds against one baseline
   run each (``stages.verify``); minimization picks among those that cleared
-  (``stages.minimize``).
+  (``stages.minimize``). Each arm but the leader carries the model's predicted gain over
+  the leader, which minimization weighs against the pairs.
 
 The plan is written to the campaign folder before any round runs, so a resumed campaign
 verifies the same arms even if the bank or the priors changed meanwhile.

@@ -241,13 +241,19 @@ def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Va
     plan = verification.plan or VerificationPlan(arms=(), changes={}, margin=margin)
     gain = gains(verification.verdicts, cleared, plan, runs, steps)
     best = max(cleared, key=lambda v: (gain[v.arm], v.speedup))
+    fastest = f"{best.arm}, the fastest arm that cleared"
+    quick = max(cleared, key=lambda v: v.speedup)
+    if quick is not best:
+        fastest += (f" by its pairs and the time model together (the pairs alone put {quick.arm} first, "
+                    f"{quick.speedup:.3f}x against {best.speedup:.3f}x; together they put it at "
+                    f"{math.exp(gain[quick.arm]):.3f}x the leader's speed, {best.arm} at {math.exp(gain[best.arm]):.3f}x)")
     ok = [(v, why) for v in cleared if v is not best
           for why in [_acceptable(v, best, runs, base, evidence, margin, steps)] if why]
     if not ok:
-        return best, best, f"{best.arm}, the fastest arm that cleared: no smaller arm has the evidence to replace it"
+        return best, best, f"{fastest}: no smaller arm has the evidence to replace it"
     chosen, why = min(ok, key=lambda w: (_changes(w[0].config, base), -w[0].speedup))
     if _changes(chosen.config, base) >= _changes(best.config, base):
-        return best, best, f"{best.arm}, the fastest arm that cleared, is as small as any arm that could replace it"
+        return best, best, f"{fastest}, is as small as any arm that could replace it"
     return best, chosen, why
 
 
