@@ -429,10 +429,12 @@ def _after_code(part: dict) -> str:
 
 
 def _head() -> str:
-    """This tree's commit, marked ``+changes`` where its files differ from it."""
+    """This tree's commit, marked ``+changes`` where its code differs from it (results and
+    docs written meanwhile do not count)."""
     git = ["git", "-C", str(ROOT)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs"],
+                           capture_output=True, text=True).stdout
     return head + ("+changes" if dirty.strip() else "")
 
 

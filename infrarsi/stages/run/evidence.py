@@ -63,7 +63,7 @@ from infrarsi.stages.runtime import CampaignRuntime
 # A runner-up is verified beside the leader while the model gives it this chance of being
 # faster than the leader by more than the practical margin. (Against doctor's noise instead,
 # a noisy machine verified the leader alone: on held-out simulated campaigns at 15% noise
-# the promoted config fell from 0.913 to 0.889 of the oracle's speedup, docs/measured.md.)
+# the promoted config fell from 0.912 to 0.889 of the oracle's speedup, docs/measured.md.)
 RUNNER_UP_CHANCE = 0.10
 # The predicted contribution's interval: two-sided 90%, each side a one-sided 95% bound.
 INTERVAL = 0.90
