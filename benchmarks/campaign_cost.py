@@ -391,7 +391,8 @@ def _sim_table(rows: list[dict]) -> list[str]:
 def _cpu_table(rows: list[dict]) -> list[str]:
     out = ["## 3. The default CPU campaign (`infrarsi campaign --json --fresh-doctor`, this machine)", "",
            "*Of the fastest*: the promoted config's speedup over the arm that cleared verification with the "
-           "highest verified speedup (its pairs alone), in the rounds both ran (1.00: that arm was promoted). *Dropped paying*: changes dropped although "
+           "highest verified speedup (its pairs alone), in the rounds both ran (1.00: that arm was promoted). "
+           "*Dropped paying*: changes dropped although "
            "their measured contribution's 90% interval lies above 1.", "",
            "| protocol | run | date | doctor | search | verification | minimization | all | outcomes | wall s | "
            "verified (90% CI) | of the fastest | dropped paying | promoted changes |",

@@ -246,7 +246,8 @@ def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Va
     if quick is not best:
         fastest += (f" by its pairs and the time model together (the pairs alone put {quick.arm} first, "
                     f"{quick.speedup:.3f}x against {best.speedup:.3f}x; together they put it at "
-                    f"{math.exp(gain[quick.arm]):.3f}x the leader's speed, {best.arm} at {math.exp(gain[best.arm]):.3f}x)")
+                    f"{math.exp(gain[quick.arm]):.3f}x the leader's speed, {best.arm} at "
+                    f"{math.exp(gain[best.arm]):.3f}x)")
     ok = [(v, why) for v in cleared if v is not best
           for why in [_acceptable(v, best, runs, base, evidence, margin, steps)] if why]
     if not ok:
