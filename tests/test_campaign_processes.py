@@ -204,8 +204,9 @@ time.sleep(300)
 """
 
 
-@pytest.mark.parametrize("who", ["resume", "next campaign"])
-def test_what_a_campaign_and_its_watchdog_left_is_ended_by_the_next_one(tmp_path, monkeypatch, who):
+def _guarded_script(tmp_path: Path, monkeypatch) -> tuple[subprocess.Popen, Path, Path]:
+    """CAMPAIGN run in its own session, with a data folder of its own: (process, its
+    campaign folder, the script)."""
     monkeypatch.setenv("INFRARSI_DATA_DIR", str(tmp_path / "data"))  # no other campaign's record
     folder = tmp_path / "campaign"
     folder.mkdir()
@@ -213,6 +214,22 @@ def test_what_a_campaign_and_its_watchdog_left_is_ended_by_the_next_one(tmp_path
     script.write_text(CAMPAIGN)
     proc = subprocess.Popen([sys.executable, str(script), str(folder)], env={**os.environ, "PYTHONPATH": str(REPO)},
                             start_new_session=True)
+    return proc, folder, script
+
+
+def _noted(proc: subprocess.Popen, folder: Path) -> GuardRecord:
+    """The watchdog's record once it has noted the script's two processes."""
+    record_path = CampaignDir(folder).processes
+    deadline = time.monotonic() + 60
+    while not (record_path.exists() and len(GuardRecord.model_validate_json(record_path.read_text()).noted) == 2):
+        assert proc.poll() is None and time.monotonic() < deadline, "the campaign's watchdog never noted its processes"
+        time.sleep(0.1)
+    return GuardRecord.model_validate_json(record_path.read_text())
+
+
+@pytest.mark.parametrize("who", ["resume", "next campaign"])
+def test_what_a_campaign_and_its_watchdog_left_is_ended_by_the_next_one(tmp_path, monkeypatch, who):
+    proc, folder, _ = _guarded_script(tmp_path, monkeypatch)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         _check_leftovers_ended(proc, bystander, folder, who)
@@ -224,11 +241,7 @@ def test_what_a_campaign_and_its_watchdog_left_is_ended_by_the_next_one(tmp_path
 
 def _check_leftovers_ended(proc: subprocess.Popen, bystander: subprocess.Popen, folder: Path, who: str) -> None:
     record_path = CampaignDir(folder).processes
-    deadline = time.monotonic() + 60
-    while not (record_path.exists() and len(GuardRecord.model_validate_json(record_path.read_text()).noted) == 2):
-        assert proc.poll() is None and time.monotonic() < deadline, "the campaign's watchdog never noted its processes"
-        time.sleep(0.1)
-    record = GuardRecord.model_validate_json(record_path.read_text())
+    record = _noted(proc, folder)
     assert end_leftovers(folder) == [] and all(_running(n) for n in record.noted)  # a live campaign's are its own
     os.kill(record.watchdog.pid, signal.SIGKILL)  # nothing can be done at the moment of death
     assert _ends_within({record.watchdog}, time.monotonic()) == []
@@ -262,21 +275,11 @@ def test_a_pkill_that_reaches_the_watchdog_too_leaves_nothing(tmp_path, monkeypa
     """``pkill -f`` on the campaign's command line (or on ``infrarsi``) sends SIGTERM to every
     match: the watchdog's command line must not repeat the campaign's, and a SIGTERM that
     reaches it anyway must not stop it ending what the campaign started."""
-    monkeypatch.setenv("INFRARSI_DATA_DIR", str(tmp_path / "data"))
-    folder = tmp_path / "campaign"
-    folder.mkdir()
-    script = tmp_path / "campaign.py"
-    script.write_text(CAMPAIGN)
-    proc = subprocess.Popen([sys.executable, str(script), str(folder)], env={**os.environ, "PYTHONPATH": str(REPO)},
-                            start_new_session=True)
+    proc, folder, script = _guarded_script(tmp_path, monkeypatch)
     record = None
     try:
+        record = _noted(proc, folder)
         record_path = CampaignDir(folder).processes
-        deadline = time.monotonic() + 60
-        while not (record_path.exists() and len(GuardRecord.model_validate_json(record_path.read_text()).noted) == 2):
-            assert proc.poll() is None and time.monotonic() < deadline, "the watchdog never noted the processes"
-            time.sleep(0.1)
-        record = GuardRecord.model_validate_json(record_path.read_text())
         watchdog = psutil.Process(record.watchdog.pid)
         assert str(script) not in " ".join(watchdog.cmdline())
         for pid in (record.watchdog.pid, proc.pid):
