@@ -136,6 +136,29 @@ def test_a_runner_up_is_verified_by_its_chance_of_beating_the_leader_by_the_marg
     assert [a.kind for a in plan.arms if a.kind == FINALIST] == [FINALIST]
 
 
+def test_the_leader_is_the_model_weighed_with_its_own_runs_by_the_machine_s_noise(tmp_path):
+    # cap alone is 10% faster, but with sleep 0.15 it measured 5% slower (0.158 s against
+    # 0.150): an interaction one run cannot make the model select, so the additive fit
+    # predicts that config the fastest. On a quiet machine (0.2% a run) its run says
+    # otherwise and decides; on a noisy one (10%) one run cannot, and the model's fit does
+    history = [_run(i, {}, 0.3 * (1 + 0.002 * (-1) ** i), role=Role.DOCTOR) for i in range(1, 6)]
+    history += [_run(10, {"noop": "b"}, 0.300), _run(11, {"cap": "on"}, 0.270), _run(12, {"noop": "b", "cap": "on"}, 0.271),
+                _run(30, {"sleep": 0.15}, 0.150), _run(31, {"sleep": 0.15, "noop": "b"}, 0.151),
+                _run(32, {"sleep": 0.15, "cap": "on"}, 0.158)]
+    leaders = {}
+    for noise in (0.002, 0.1):
+        (tmp_path / str(noise)).mkdir()
+        spec = fake_spec(tmp_path / str(noise), knobs=KNOBS, baseline=BASELINE)
+        contract, cdir = init_campaign(spec, tmp_path / str(noise) / "out")
+        rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
+        try:
+            leaders[noise] = dict(plan_verification(rt, _doctor(noise), history).leader.config)
+        finally:
+            rt.close()
+    assert leaders[0.002] == {"sleep": 0.15, "noop": "a", "cap": "off"}
+    assert leaders[0.1] == {"sleep": 0.15, "noop": "a", "cap": "on"}
+
+
 def test_under_a_trial_cap_the_arms_run_the_rounds_it_affords_and_the_last_arm_leaves_first(tmp_path):
     # 11 trials left: a round of the baseline, the finalist, the smaller config and cap's
     # leave-one-out costs 4, two rounds only; without the leave-one-out it costs 3, three

@@ -190,6 +190,12 @@ class TimeModel:
         settings (``own``) and those between its own and the ``shared`` ones."""
         return float(0.5 * (own @ self._unseen @ own.T)[0, 0] + (own @ self._unseen @ shared.T)[0, 0])
 
+    def lack_of_fit_var(self, measurement_std: float) -> float:
+        """What the model's residual holds beyond a run's own noise (``measurement_std``,
+        log scale): the variance of a config's true log time about the model's fit, the
+        part of each config's time that no main effect or selected pair explains."""
+        return max(self.noise_std**2 - measurement_std**2, 0.0)
+
     def main_effects(self) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and sd of each setting's main effect (log time vs baseline)."""
         idx = slice(1, 1 + self.encoding.num_settings)
@@ -202,3 +208,16 @@ class TimeModel:
         return [{"settings": [list(self.encoding.label(a)), list(self.encoding.label(b))],
                  "log_time_effect": float(self.coef_mean[base + i]), "sd": float(sd[base + i])}
                 for i, (a, b) in enumerate(self.pairs)]
+
+
+def with_measurements(predicted: float, predicted_var: float, measured: float, measured_var: float
+                      ) -> tuple[float, float]:
+    """A config's log time (or two configs' difference) from the model's prediction and
+    the config's own runs, each weighed by its precision: ``predicted_var`` is the model's
+    variance plus its lack of fit (``TimeModel.lack_of_fit_var``), ``measured_var`` the
+    runs' noise over their count. On a quiet machine the runs decide; on a noisy one, or
+    where the model fits its runs to within their noise, the model does."""
+    w_pred, w_meas = 1.0 / max(predicted_var, 1e-12), 1.0 / max(measured_var, 1e-12)
+    mean = (w_pred * predicted + w_meas * measured) / (w_pred + w_meas)
+    return mean, math.sqrt(1.0 / (w_pred + w_meas))
+

@@ -38,9 +38,10 @@ class Arm:
     max_pairs: int
     parent: str | None = None  # the arm a smaller config is compared with while it runs
     reverts: tuple[str, ...] = ()  # knobs set back to the baseline's value, against the leader
-    # The time model's log(leader's step time / this arm's) and its sd, from the runs before
-    # verification (None for the leader, or where the objective counts start-up, which the
-    # model does not predict): minimization weighs it against the pairs (stages.run.minimize).
+    # log(leader's step time / this arm's) and its sd as the runs before verification predict
+    # it: the time model's, weighed with both configs' own runs where both ran (None for the
+    # leader, or where the objective counts start-up, which the model does not predict):
+    # minimization weighs it against the pairs (stages.run.minimize).
     predicted_gain: float | None = None
     predicted_sd: float | None = None
 

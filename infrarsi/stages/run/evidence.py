@@ -6,10 +6,13 @@ contract's seed, fit the engine's models once more (time, memory, crash; every o
 From them:
 
 - **Finalists**: the measured ok configs that beat the baseline by more than the practical
-  margin (``budget.practical_margin``), ranked by the time model's posterior, which weighs
-  each single measurement against its neighbours. The leader is verified; a runner-up too
-  while the model gives it at least ``RUNNER_UP_CHANCE`` of being faster than the leader by
-  more than the practical margin (up to ``budget.num_finalists``). Doctor's noise is no bar
+  margin (``budget.practical_margin``), ranked by the time model's prediction weighed with
+  each config's own runs: the model's variance plus what its fit leaves unexplained beyond a
+  run's noise, against doctor's noise over the runs (on a quiet machine a config's runs
+  decide; on a noisy one its neighbours do). The leader is verified; a runner-up too
+  while the model, weighed with the runs the same way, gives it at least ``RUNNER_UP_CHANCE``
+  of being faster than the leader by more than the practical margin (up to
+  ``budget.num_finalists``). Doctor's noise is no bar
   here either: minimization weighs a runner-up's pairs with the model's prediction, so one
   that a noisy machine's pairs cannot tell apart from the leader is not promoted on their
   say alone. Configs
@@ -33,8 +36,9 @@ From them:
   fit and to run; the runners-up; and the smaller config less each uncertain change
   (*leave-one-out*). Verification runs all of them in the same rounds against one baseline
   run each (``stages.verify``); minimization picks among those that cleared
-  (``stages.minimize``). Each arm but the leader carries the model's predicted gain over
-  the leader, which minimization weighs against the pairs.
+  (``stages.minimize``). Each arm but the leader carries its predicted gain over the
+  leader (the model's, weighed with both configs' runs where both have run), which
+  minimization weighs against the pairs.
 
 The plan is written to the campaign folder before any round runs, so a resumed campaign
 verifies the same arms even if the bank or the priors changed meanwhile.
@@ -53,6 +57,7 @@ from infrarsi.contract.loss_contract import LossContract
 from infrarsi.contract.numerics import changing_knobs
 from infrarsi.core.knobs import PATCH_KNOB_PREFIX, Config, Value
 from infrarsi.core.trial import Outcome, Role, TrialResult
+from infrarsi.engine.time_model import with_measurements
 from infrarsi.proposers.engine_proposer import CRASH_BAR, FIT_BAR
 from infrarsi.record.campaign import read_plan, write
 from infrarsi.record.verification import FINALIST, LEAVE_ONE_OUT, SMALLER, Arm, ChangeEvidence, VerificationPlan
@@ -60,8 +65,8 @@ from infrarsi.stages.calibration import inert_knobs
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.runtime import CampaignRuntime
 
-# A runner-up is verified beside the leader while the model gives it this chance of being
-# faster than the leader by more than the practical margin. (Against doctor's noise instead,
+# A runner-up is verified beside the leader while the model, weighed with the runs, gives it
+# this chance of being faster than the leader by more than the practical margin. (Against doctor's noise instead,
 # a noisy machine verified the leader alone: on held-out simulated campaigns at 15% noise
 # the promoted config fell from 0.912 to 0.889 of the oracle's speedup, docs/measured.md.)
 RUNNER_UP_CHANCE = 0.10
@@ -129,23 +134,47 @@ def must_pay(rt: CampaignRuntime) -> set[str]:
     return {*changing_knobs(rt.spec.knobs), *(n for n in rt.space.names if n.startswith(PATCH_KNOB_PREFIX))}
 
 
-def _finalists(rt: CampaignRuntime, model: Any, candidates: list[TrialResult], base: Config,
-               threshold: float) -> list[TrialResult]:
-    """The leader by the model's posterior, then runners-up with a real chance of being
-    faster than it by more than ``threshold`` (the log of 1 + the practical margin)."""
+def _finalists(rt: CampaignRuntime, model: Any, candidates: list[TrialResult], history: Sequence[TrialResult],
+               base: Config, threshold: float, noise: float) -> list[TrialResult]:
+    """The leader by the time model's posterior weighed with each config's own runs
+    (``with_measurements``), then runners-up with a real chance of being faster than it by
+    more than ``threshold`` (the log of 1 + the practical margin)."""
     space, tm = rt.space, model.time_model
-    idx = [np.array(space.indices({**base, **r.config})) for r in candidates]
-    means, _ = tm.predict(np.array(idx))
-    order = sorted(range(len(candidates)), key=lambda i: (means[i], candidates[i].step_time_s))
-    leader = order[0]
-    out = [candidates[leader]]
+    configs = [{**base, **r.config} for r in candidates]
+    pred, sds = tm.predict(np.array([space.indices(c) for c in configs]))
+    lack = tm.lack_of_fit_var(noise)
+    est = []
+    for i, config in enumerate(configs):
+        runs = _runs_of(config, history, base)
+        est.append(with_measurements(pred[i], sds[i] ** 2 + lack, float(np.mean(runs)), noise**2 / len(runs))[0])
+    order = sorted(range(len(candidates)), key=lambda i: (est[i], candidates[i].step_time_s))
+    out = [candidates[order[0]]]
     for i in order[1:]:
         if len(out) >= rt.spec.budget.num_finalists:
             break
-        gap, sd = tm.predict_difference(idx[i], idx[leader])  # log t(runner-up) - log t(leader)
+        gap, sd = _gap(rt, model, configs[i], configs[order[0]], history, base, noise)
         if stats.norm.cdf((-gap - threshold) / sd) >= RUNNER_UP_CHANCE:
             out.append(candidates[i])
     return out
+
+
+def _gap(rt: CampaignRuntime, model: Any, config: Config, leader: Config, history: Sequence[TrialResult],
+         base: Config, noise: float) -> tuple[float, float]:
+    """Mean and sd of log t(config) - log t(leader): the time model's, weighed with the two
+    configs' own runs where both have run (``noise``: a run's, log scale)."""
+    tm = model.time_model
+    gap, sd = tm.predict_difference(np.array(rt.space.indices(config)), np.array(rt.space.indices(leader)))
+    mine, theirs = _runs_of(config, history, base), _runs_of(leader, history, base)
+    if not mine or not theirs:
+        return gap, sd
+    return with_measurements(gap, sd**2 + 2 * tm.lack_of_fit_var(noise), float(np.mean(mine) - np.mean(theirs)),
+                             noise**2 * (1 / len(mine) + 1 / len(theirs)))
+
+
+def _runs_of(config: Config, history: Sequence[TrialResult], base: Config) -> list[float]:
+    """The log step times of ``config``'s ok runs in ``history`` (doctor's baseline runs aside)."""
+    return [math.log(r.step_time_s) for r in history
+            if r.outcome is Outcome.OK and r.role is not Role.DOCTOR and {**base, **r.config} == config]
 
 
 def _failed_without(history: Sequence[TrialResult], config: Config, base: Config) -> TrialResult | None:
@@ -252,7 +281,8 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
         write(rt.cdir, rt.cdir.plan, plan)
         return plan
     model = evidence_model(rt, priors, history)
-    finals = _finalists(rt, model, candidates, base, math.log1p(margin))
+    noise = max(math.log1p(doctor.noise_cv), 1e-3)  # a run's, log scale
+    finals = _finalists(rt, model, candidates, history, base, math.log1p(margin), noise)
     arms = [Arm(key=f"finalist {i + 1}", kind=FINALIST, config={**base, **r.config}, source_trial_id=r.trial_id,
                 max_pairs=budget.verify_pairs) for i, r in enumerate(finals)]
     paid, inert = must_pay(rt), inert_knobs(doctor, rt.ledger.trials(), margin)
@@ -287,7 +317,7 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
         note += "; the leader's changes: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n)
     arms, rounds = within_cap(arms, rt.trials_left, doctor)
     if per_step:
-        arms = [arms[0], *(_predicted(rt, model, a, arms[0]) for a in arms[1:])]
+        arms = [arms[0], *(_predicted(rt, model, a, arms[0], history, base, noise) for a in arms[1:])]
     if rounds < budget.verify_pairs:
         note += f"; the trial cap affords {rounds} round(s) of {len(arms)} arm(s)"
     plan = VerificationPlan(arms=tuple(arms), changes={k: tuple(v) for k, v in calls.items()}, margin=margin,
@@ -296,10 +326,10 @@ def plan_verification(rt: CampaignRuntime, doctor: DoctorReport, history: Sequen
     return plan
 
 
-def _predicted(rt: CampaignRuntime, model: Any, arm: Arm, leader: Arm) -> Arm:
-    """``arm`` with the time model's gain over the leader (log scale) and its sd."""
-    gap, sd = model.time_model.predict_difference(np.array(rt.space.indices(arm.config)),
-                                                  np.array(rt.space.indices(leader.config)))
+def _predicted(rt: CampaignRuntime, model: Any, arm: Arm, leader: Arm, history: Sequence[TrialResult],
+               base: Config, noise: float) -> Arm:
+    """``arm`` with its predicted gain over the leader (log scale) and its sd (``_gap``)."""
+    gap, sd = _gap(rt, model, dict(arm.config), dict(leader.config), history, base, noise)
     return replace(arm, predicted_gain=-float(gap), predicted_sd=float(sd))
 
 

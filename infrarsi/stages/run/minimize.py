@@ -197,8 +197,8 @@ def _acceptable(v: Verdict, best: Verdict, runs: _Runs, base: Mapping[str, Value
 def gains(verdicts: tuple[Verdict, ...], cleared: list[Verdict], plan: VerificationPlan, runs: _Runs,
           steps: float | None) -> dict[str, float]:
     """Each cleared arm's gain over the leader, log(leader's objective / the arm's): the mean
-    of the pairs they shared, weighed by precision with the time model's prediction from the
-    runs before verification (``Arm.predicted_gain``). A few noisy pairs alone would crown
+    of the pairs they shared, weighed by precision with what the runs before verification
+    predict (``Arm.predicted_gain``). A few noisy pairs alone would crown
     whichever arm's runs happened to be quick; the model has seen every search trial of the
     arms' neighbours. The pairs' variance is pooled over the arms (each arm's own spread of
     two or three pairs is itself too noisy to weigh by). With a declared job length the
