@@ -109,6 +109,34 @@ def test_a_change_without_which_a_run_failed_is_needed(runtime):
     assert calls["cap"].call == NEEDED and "t0040 ended oom" in calls["cap"].reason
 
 
+def test_a_change_the_user_pays_for_is_kept_on_the_memory_model_s_word_only_where_it_is_nearly_sure(tmp_path):
+    # every run without cap peaked at the memory budget (emulation off: nothing stops it),
+    # every run with it at a fifth: the memory model gives the leader without cap about an
+    # even chance to fit (0.53). A launch knob is kept on that; a knob that changes the
+    # numerics is not (it must pay, or be shown needed) and is called on its time instead.
+    # Runs at 1.1x the budget leave P(fit) 0.08: kept either way
+    def calls(numerics: bool, peak: float) -> dict:
+        work = tmp_path / f"{numerics}-{peak}"
+        work.mkdir()
+        spec = fake_spec(work, knobs=KNOBS, baseline=BASELINE)
+        if numerics:
+            spec.write_text(spec.read_text().replace('flag = "--cap"', 'flag = "--cap"\nnumerics = "changes"'))
+        contract, cdir = init_campaign(spec, work / "out")
+        rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
+        history = [r.replace(peak_memory_bytes=int(2**31 * (0.2 if r.config["cap"] == "on" else peak)))
+                   for r in _history(noop_runs=4)]
+        try:
+            plan = plan_verification(rt, _doctor(0.03), history)
+        finally:
+            rt.close()
+        return {c.knob: c for c in plan.changes[plan.leader.key]}
+
+    launch, paid, sure = calls(False, 1.0)["cap"], calls(True, 1.0)["cap"], calls(True, 1.1)["cap"]
+    assert launch.call == NEEDED and "P(fit) = 0.5" in launch.reason
+    assert paid.call == PAYS  # 6% faster in its one run: above 1 + the margin
+    assert sure.call == NEEDED and "P(fit) = 0.0" in sure.reason
+
+
 def test_nothing_that_beats_the_baseline_by_the_margin_means_nothing_to_verify(runtime):
     # 0.7% faster once, under the 1% margin; doctor's 5% noise does not enter
     history = [_run(i, {}, 0.3, role=Role.DOCTOR) for i in range(1, 6)] + [_run(9, {"noop": "b"}, 0.298)]
