@@ -60,6 +60,22 @@ def _history(noop_runs: int, cap_s: float = 0.140) -> list[TrialResult]:
     return runs
 
 
+def _plan(work, history: list[TrialResult], noise_cv: float, *, numerics_knob: str | None = None) -> VerificationPlan:
+    """The plan from ``history`` for the fake workload in a fresh folder ``work``, doctor's
+    noise ``noise_cv``; ``numerics_knob`` declared as changing the numerics."""
+    work.mkdir()
+    spec = fake_spec(work, knobs=KNOBS, baseline=BASELINE)
+    if numerics_knob:
+        flag = f'flag = "--{numerics_knob}"'
+        spec.write_text(spec.read_text().replace(flag, flag + '\nnumerics = "changes"'))
+    contract, cdir = init_campaign(spec, work / "out")
+    rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
+    try:
+        return plan_verification(rt, _doctor(noise_cv), history)
+    finally:
+        rt.close()
+
+
 def test_a_change_one_run_puts_clearly_above_1_is_kept_and_one_without_evidence_is_measured(runtime):
     # one run of cap, 6% faster: its interval lies above 1, so it is kept without a trial. Eight
     # runs of noop doing nothing still leave its interval (about +-1.8%) wider than the 1%
@@ -116,19 +132,9 @@ def test_a_change_the_user_pays_for_is_kept_on_the_memory_model_s_word_only_wher
     # numerics is not (it must pay, or be shown needed) and is called on its time instead.
     # Runs at 1.1x the budget leave P(fit) 0.08: kept either way
     def calls(numerics: bool, peak: float) -> dict:
-        work = tmp_path / f"{numerics}-{peak}"
-        work.mkdir()
-        spec = fake_spec(work, knobs=KNOBS, baseline=BASELINE)
-        if numerics:
-            spec.write_text(spec.read_text().replace('flag = "--cap"', 'flag = "--cap"\nnumerics = "changes"'))
-        contract, cdir = init_campaign(spec, work / "out")
-        rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
         history = [r.replace(peak_memory_bytes=int(2**31 * (0.2 if r.config["cap"] == "on" else peak)))
                    for r in _history(noop_runs=4)]
-        try:
-            plan = plan_verification(rt, _doctor(0.03), history)
-        finally:
-            rt.close()
+        plan = _plan(tmp_path / f"{numerics}-{peak}", history, 0.03, numerics_knob="cap" if numerics else None)
         return {c.knob: c for c in plan.changes[plan.leader.key]}
 
     launch, paid, sure = calls(False, 1.0)["cap"], calls(True, 1.0)["cap"], calls(True, 1.1)["cap"]
@@ -173,16 +179,7 @@ def test_the_leader_is_the_model_weighed_with_its_own_runs_by_the_machine_s_nois
     history += [_run(10, {"noop": "b"}, 0.300), _run(11, {"cap": "on"}, 0.270), _run(12, {"noop": "b", "cap": "on"}, 0.271),
                 _run(30, {"sleep": 0.15}, 0.150), _run(31, {"sleep": 0.15, "noop": "b"}, 0.151),
                 _run(32, {"sleep": 0.15, "cap": "on"}, 0.158)]
-    leaders = {}
-    for noise in (0.002, 0.1):
-        (tmp_path / str(noise)).mkdir()
-        spec = fake_spec(tmp_path / str(noise), knobs=KNOBS, baseline=BASELINE)
-        contract, cdir = init_campaign(spec, tmp_path / str(noise) / "out")
-        rt = CampaignRuntime(contract, cdir, RuntimeSettings(tracking_uri="none", in_process=True))
-        try:
-            leaders[noise] = dict(plan_verification(rt, _doctor(noise), history).leader.config)
-        finally:
-            rt.close()
+    leaders = {noise: dict(_plan(tmp_path / str(noise), history, noise).leader.config) for noise in (0.002, 0.1)}
     assert leaders[0.002] == {"sleep": 0.15, "noop": "a", "cap": "off"}
     assert leaders[0.1] == {"sleep": 0.15, "noop": "a", "cap": "on"}
 
