@@ -216,8 +216,9 @@ def with_measurements(predicted: float, predicted_var: float, measured: float, m
     the config's own runs, each weighed by its precision: ``predicted_var`` is the model's
     variance plus its lack of fit (``TimeModel.lack_of_fit_var``), ``measured_var`` the
     runs' noise over their count. On a quiet machine the runs decide; on a noisy one, or
-    where the model fits its runs to within their noise, the model does."""
+    where the model fits its runs to within their noise, the model does. The model was fitted
+    on those runs too; with the few dozen a campaign has, one run's pull on the fit is small,
+    and that is ignored here."""
     w_pred, w_meas = 1.0 / max(predicted_var, 1e-12), 1.0 / max(measured_var, 1e-12)
     mean = (w_pred * predicted + w_meas * measured) / (w_pred + w_meas)
     return mean, math.sqrt(1.0 / (w_pred + w_meas))
-

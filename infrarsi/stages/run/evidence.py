@@ -12,11 +12,10 @@ From them:
   decide; on a noisy one its neighbours do). The leader is verified; a runner-up too
   while the model, weighed with the runs the same way, gives it at least ``RUNNER_UP_CHANCE``
   of being faster than the leader by more than the practical margin (up to
-  ``budget.num_finalists``). Doctor's noise is no bar
-  here either: minimization weighs a runner-up's pairs with the model's prediction, so one
-  that a noisy machine's pairs cannot tell apart from the leader is not promoted on their
-  say alone. Configs
-  carrying a patch that broke the contract in any run are out.
+  ``budget.num_finalists``). Doctor's noise is no bar here either: minimization weighs a
+  runner-up's pairs with that prediction, so one that a noisy machine's pairs cannot tell
+  apart from the leader is not promoted on their say alone. Configs carrying a patch that
+  broke the contract in any run are out.
 - **The leader's changes**, each reverted alone, get a predicted contribution (the time
   without it over the time with it) with a 90% interval, and a call. A change is dropped
   only on evidence, and these calls are the predicted part of it:
@@ -66,10 +65,11 @@ from infrarsi.stages.calibration import inert_knobs
 from infrarsi.stages.doctor import DoctorReport
 from infrarsi.stages.runtime import CampaignRuntime
 
-# A runner-up is verified beside the leader while the model, weighed with the runs, gives it
-# this chance of being faster than the leader by more than the practical margin. (Against doctor's noise instead,
-# a noisy machine verified the leader alone: on held-out simulated campaigns at 15% noise
-# the promoted config fell from 0.912 to 0.889 of the oracle's speedup, docs/measured.md.)
+# A runner-up is verified beside the leader while the model, weighed with the runs, gives
+# it this chance of being faster than the leader by more than the practical margin.
+# (Against doctor's noise instead, a noisy machine verified the leader alone: on held-out
+# simulated campaigns at 15% noise the promoted config fell from 0.912 to 0.889 of the
+# oracle's speedup, docs/measured.md.)
 RUNNER_UP_CHANCE = 0.10
 # The predicted contribution's interval: two-sided 90%, each side a one-sided 95% bound.
 INTERVAL = 0.90
