@@ -33,9 +33,9 @@ def campaign(tmp_path_factory, ray_session, prefect_harness):
     # OOMs among them; with the built-in patches in the space (32 settings) reaching them would
     # be a draw. Verification may take the default seven pairs: a clear winner stops after two
     # or three, a loaded machine's pairs get the rounds they need. Doctor may take its five
-    # baseline runs: from three, one fast run (0.33 s a step against 0.40) once set the noise
-    # floor's upper bound at 0.37, and the 1.5x winner's seven pairs (lower bound 1.33) could
-    # not clear it.
+    # baseline runs (when its noise floor was the bar, three runs with one fast among them,
+    # 0.33 s a step against 0.40, once set it at 0.37, and the 1.5x winner's seven pairs,
+    # lower bound 1.33, could not clear it).
     spec = tiny_spec(tmp, capacity_bytes=capacity, num_trials=6, num_finalists=2, patch_rounds=0, verify_pairs=7,
                      doctor_max_repeats=5)
     from flows.campaign import campaign as campaign_flow
