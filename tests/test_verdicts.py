@@ -14,7 +14,7 @@ from infrarsi.stages.run.evidence import (
     ChangeEvidence,
     VerificationPlan,
 )
-from infrarsi.stages.run.minimize import _choose, _Runs
+from infrarsi.stages.run.minimize import Ground, _choose, _contributions, _Runs
 from infrarsi.stages.run.minimize import _evidence as _evidence_of
 from infrarsi.stages.run.sequential import SequentialRule
 from infrarsi.stages.run.verify import Verdict, VerificationReport, _Arm, _verdict
@@ -197,3 +197,14 @@ def test_the_fastest_arm_weighs_the_pairs_with_the_model():
     assert arm == "finalist 1" and "the pairs alone put finalist 1 less noop first" in why, why
     # pairs that agree to 0.03% outweigh the model
     assert _fastest([0.1485, 0.14855, 0.14845], -0.03)[0] == "finalist 1 less noop"
+
+
+def test_a_change_only_arms_that_did_not_clear_carried_is_dropped_on_that_ground():
+    # the leader (with noop) did not clear, its leave-one-out arm did and is promoted: the
+    # change goes because no arm with it cleared, not because a faster arm left it out
+    evidence = _evidence(UNCERTAIN, 0.97, 1.05)[("noop", "b")]
+    smaller = _cleared("finalist 1 less noop", {"sleep": 0.15, "noop": "a"}, 1.99)
+    [alone] = _contributions([evidence], smaller, smaller, [smaller.config])
+    assert not alone.kept and alone.ground == Ground.NOT_CLEARED
+    [beside] = _contributions([evidence], smaller, smaller, [smaller.config, {"sleep": 0.15, "noop": "b"}])
+    assert not beside.kept and beside.ground == Ground.FASTEST_WITHOUT

@@ -78,6 +78,7 @@ class Ground:
     NO_EVIDENCE = "no evidence to drop it"
     NO_ARM = "no promotable arm without it"
     FASTEST_WITHOUT = "the fastest arm leaves it out"
+    NOT_CLEARED = "no arm with it cleared verification"
     SET_EQUIVALENT = "equivalent (measured with the other changes left out)"
     ONLY_CHANGE = "the verified speedup"
 
@@ -258,15 +259,20 @@ def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Va
     return best, chosen, why
 
 
-def _contributions(evidence: list[_Evidence], chosen: Verdict, best: Verdict) -> list[Contribution]:
-    """Each change's contribution with the ground it was kept or dropped on."""
+def _contributions(evidence: list[_Evidence], chosen: Verdict, best: Verdict,
+                   cleared: list[Mapping[str, Value]]) -> list[Contribution]:
+    """Each change's contribution with the ground it was kept or dropped on (``cleared``:
+    the configs of the arms that cleared verification)."""
     out = []
     for e in evidence:
         kept = chosen.config.get(e.change.knob) == e.change.value
         if kept:
             ground = Ground.NO_ARM if e.drop else e.keep
-        else:
-            ground = e.drop or (Ground.FASTEST_WITHOUT if chosen is best else Ground.SET_EQUIVALENT)
+        elif e.drop or chosen is not best:
+            ground = e.drop or Ground.SET_EQUIVALENT
+        else:  # the fastest cleared arm leaves it out: was there a cleared arm with it at all?
+            with_it = any(c.get(e.change.knob) == e.change.value for c in cleared)
+            ground = Ground.FASTEST_WITHOUT if with_it else Ground.NOT_CLEARED
         out.append(replace(e.contribution, kept=kept, ground=ground))
     return out
 
@@ -317,7 +323,8 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
     if len(family_changes) == 1:
         contributions = [_single(family_changes[0], chosen)]
     elif family_changes:
-        contributions = _contributions([evidence[(c.knob, c.value)] for c in family_changes], chosen, best)
+        contributions = _contributions([evidence[(c.knob, c.value)] for c in family_changes], chosen, best,
+                                       [v.config for v in verification.verdicts if v.clears])
     dropped = tuple(c.knob for c in contributions if not c.kept)
     note = why if chosen is not None else "nothing was promoted: nothing to minimize"
     if len(family_changes) > 1 and not measure:
