@@ -14,7 +14,7 @@ from infrarsi.stages.run.evidence import (
     ChangeEvidence,
     VerificationPlan,
 )
-from infrarsi.stages.run.minimize import Ground, _choose, _contributions, _Runs
+from infrarsi.stages.run.minimize import Ground, _choose, _contributions, _Runs, promotable
 from infrarsi.stages.run.minimize import _evidence as _evidence_of
 from infrarsi.stages.run.sequential import SequentialRule
 from infrarsi.stages.run.verify import Verdict, VerificationReport, _Arm, _verdict
@@ -208,3 +208,20 @@ def test_a_change_only_arms_that_did_not_clear_carried_is_dropped_on_that_ground
     assert not alone.kept and alone.ground == Ground.NOT_CLEARED
     [beside] = _contributions([evidence], smaller, smaller, [smaller.config, {"sleep": 0.15, "noop": "b"}])
     assert not beside.kept and beside.ground == Ground.FASTEST_WITHOUT
+
+
+def test_an_arm_with_a_patch_that_broke_the_contract_is_neither_promoted_nor_counted_as_cleared():
+    # the leader carries noop and a patch that broke the loss contract in another config's
+    # run: it cleared, but is never promoted, so noop, which only it carried, goes because
+    # no promotable arm with it cleared, not because a faster arm left it out
+    leader = _cleared("finalist 1", {"sleep": 0.15, "noop": "b", "patch_fused": True}, 2.2)
+    smaller = _cleared("finalist 1 less noop", {"sleep": 0.15, "noop": "a", "patch_fused": False}, 1.99)
+    report = VerificationReport(verdicts=(leader, smaller), margin=MARGIN)
+    evidence = _evidence(UNCERTAIN, 0.97, 1.05)
+    assert promotable(report.verdicts, set()) == [leader, smaller]
+    assert promotable(report.verdicts, {"patch_fused"}) == [smaller]
+    best, chosen, _ = _choose(report, _rounds([0.15] * 3, [0.15] * 3), BASE, evidence, {"patch_fused"}, MARGIN, None)
+    assert best is smaller and chosen is smaller
+    [noop] = _contributions([evidence[("noop", "b")]], chosen, best,
+                            [v.config for v in promotable(report.verdicts, {"patch_fused"})])
+    assert not noop.kept and noop.ground == Ground.NOT_CLEARED

@@ -232,11 +232,17 @@ def gains(verdicts: tuple[Verdict, ...], cleared: list[Verdict], plan: Verificat
     return out
 
 
+def promotable(verdicts: tuple[Verdict, ...], tainted: set[str]) -> list[Verdict]:
+    """The arms that cleared verification, less those carrying a patch that broke the
+    contract in any run (``tainted``: never promoted)."""
+    return [v for v in verdicts if v.clears and not any(v.config.get(k) is True for k in tainted)]
+
+
 def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Value],
             evidence: Mapping[tuple[str, Value], _Evidence], tainted: set[str], margin: float, steps: float | None
             ) -> tuple[Verdict | None, Verdict | None, str]:
     """(the fastest cleared arm by ``gains``, the promoted one, why)."""
-    cleared = [v for v in verification.verdicts if v.clears and not any(v.config.get(k) is True for k in tainted)]
+    cleared = promotable(verification.verdicts, tainted)
     if not cleared:
         return None, None, "nothing cleared verification: the baseline stands"
     plan = verification.plan or VerificationPlan(arms=(), changes={}, margin=margin)
@@ -262,7 +268,7 @@ def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Va
 def _contributions(evidence: list[_Evidence], chosen: Verdict, best: Verdict,
                    cleared: list[Mapping[str, Value]]) -> list[Contribution]:
     """Each change's contribution with the ground it was kept or dropped on (``cleared``:
-    the configs of the arms that cleared verification)."""
+    the configs of the arms that cleared verification and may be promoted: ``promotable``)."""
     out = []
     for e in evidence:
         kept = chosen.config.get(e.change.knob) == e.change.value
@@ -315,7 +321,8 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
         for c in plan.changes[key]:
             evidence.setdefault((c.knob, c.value), _evidence(
                 c, plan, runs, c.knob in paid, inert.get(c.knob) == c.value, margin, steps, measure and key == leader))
-    best, chosen, why = _choose(verification, runs, base, evidence, tainted_patches(trials), margin, steps)
+    tainted = tainted_patches(trials)
+    best, chosen, why = _choose(verification, runs, base, evidence, tainted, margin, steps)
     final = _final(verification, chosen, why) if chosen is not None else verification
     family = plan.family(chosen.arm) if chosen is not None and plan.arms else None
     family_changes = plan.changes.get(family, ()) if family else ()
@@ -324,7 +331,7 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
         contributions = [_single(family_changes[0], chosen)]
     elif family_changes:
         contributions = _contributions([evidence[(c.knob, c.value)] for c in family_changes], chosen, best,
-                                       [v.config for v in verification.verdicts if v.clears])
+                                       [v.config for v in promotable(verification.verdicts, tainted)])
     dropped = tuple(c.knob for c in contributions if not c.kept)
     note = why if chosen is not None else "nothing was promoted: nothing to minimize"
     if len(family_changes) > 1 and not measure:
