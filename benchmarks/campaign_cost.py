@@ -373,8 +373,9 @@ def _sim_table(rows: list[dict]) -> list[str]:
            "the oracle's, median over the plain jobs, with its 90% bootstrap interval in square brackets (how far "
            "a median over so few campaigns may sit from the median over many); in round brackets what the "
            "campaign had to choose from, the median of the same figure for the truly fastest arm "
-           "verification ran and for the truly fastest config a search trial ran (where recorded). *Planted kept*: campaigns whose promoted config carries "
-           "the inert knob, of those where the search put it in a finalist.", "",
+           "verification ran and for the truly fastest config a search trial ran (where recorded). *Planted "
+           "kept*: campaigns whose promoted config carries the inert knob, of those where the search put it in "
+           "a finalist.", "",
            "| sim noise | jobs | protocol | campaigns | doctor | search | verification | minimization | all | "
            "false promotion | promoted | fraction of the oracle | planted kept |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
