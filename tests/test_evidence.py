@@ -177,8 +177,8 @@ def test_the_leader_is_the_model_weighed_with_its_own_runs_by_the_machine_s_nois
     # otherwise and decides; on a noisy one (10%) one run cannot, and the model's fit does
     history = [_run(i, {}, 0.3 * (1 + 0.002 * (-1) ** i), role=Role.DOCTOR) for i in range(1, 6)]
     history += [_run(10, {"noop": "b"}, 0.300), _run(11, {"cap": "on"}, 0.270),
-                _run(12, {"noop": "b", "cap": "on"}, 0.271), _run(30, {"sleep": 0.15}, 0.150), _run(31, {"sleep": 0.15, "noop": "b"}, 0.151),
-                _run(32, {"sleep": 0.15, "cap": "on"}, 0.158)]
+                _run(12, {"noop": "b", "cap": "on"}, 0.271), _run(30, {"sleep": 0.15}, 0.150),
+                _run(31, {"sleep": 0.15, "noop": "b"}, 0.151), _run(32, {"sleep": 0.15, "cap": "on"}, 0.158)]
     leaders = {noise: dict(_plan(tmp_path / str(noise), history, noise).leader.config) for noise in (0.002, 0.1)}
     assert leaders[0.002] == {"sleep": 0.15, "noop": "a", "cap": "off"}
     assert leaders[0.1] == {"sleep": 0.15, "noop": "a", "cap": "on"}
