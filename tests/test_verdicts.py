@@ -104,7 +104,8 @@ def _choice(smaller_s: list[float], evidence: dict) -> str:
     leader = _cleared("finalist 1", {"sleep": 0.15, "noop": "b"}, 2.0)
     smaller = _cleared("finalist 1 less noop", {"sleep": 0.15, "noop": "a"}, 1.99)
     report = VerificationReport(verdicts=(leader, smaller), margin=MARGIN)
-    best, chosen, why = _choose(report, _rounds([0.15] * 3, smaller_s), BASE, evidence, set(), MARGIN, None)
+    best, chosen, why = _choose(report, _rounds([0.15] * 3, smaller_s), BASE, evidence,
+                                promotable(report.verdicts, set()), MARGIN, None)
     assert best is leader
     return chosen.arm
 
@@ -183,8 +184,8 @@ def _fastest(smaller_s: list[float], predicted_gain: float | None) -> tuple[str,
     leader = _cleared("finalist 1", dict(leader_arm.config), 2.0)
     smaller = _cleared("finalist 1 less noop", dict(BASE), 2.02)
     report = VerificationReport(verdicts=(leader, smaller), margin=MARGIN, plan=plan)
-    best, _, why = _choose(report, _rounds([0.15] * 3, smaller_s), BASE, _evidence(UNCERTAIN, 0.9, 1.1), set(),
-                           MARGIN, None)
+    best, _, why = _choose(report, _rounds([0.15] * 3, smaller_s), BASE, _evidence(UNCERTAIN, 0.9, 1.1),
+                           promotable(report.verdicts, set()), MARGIN, None)
     return best.arm, why
 
 
@@ -220,7 +221,8 @@ def test_an_arm_with_a_patch_that_broke_the_contract_is_neither_promoted_nor_cou
     evidence = _evidence(UNCERTAIN, 0.97, 1.05)
     assert promotable(report.verdicts, set()) == [leader, smaller]
     assert promotable(report.verdicts, {"patch_fused"}) == [smaller]
-    best, chosen, _ = _choose(report, _rounds([0.15] * 3, [0.15] * 3), BASE, evidence, {"patch_fused"}, MARGIN, None)
+    best, chosen, _ = _choose(report, _rounds([0.15] * 3, [0.15] * 3), BASE, evidence,
+                              promotable(report.verdicts, {"patch_fused"}), MARGIN, None)
     assert best is smaller and chosen is smaller
     [noop] = _contributions([evidence[("noop", "b")]], chosen, best,
                             [v.config for v in promotable(report.verdicts, {"patch_fused"})])

@@ -239,10 +239,10 @@ def promotable(verdicts: tuple[Verdict, ...], tainted: set[str]) -> list[Verdict
 
 
 def _choose(verification: VerificationReport, runs: _Runs, base: Mapping[str, Value],
-            evidence: Mapping[tuple[str, Value], _Evidence], tainted: set[str], margin: float, steps: float | None
-            ) -> tuple[Verdict | None, Verdict | None, str]:
-    """(the fastest cleared arm by ``gains``, the promoted one, why)."""
-    cleared = promotable(verification.verdicts, tainted)
+            evidence: Mapping[tuple[str, Value], _Evidence], cleared: list[Verdict], margin: float,
+            steps: float | None) -> tuple[Verdict | None, Verdict | None, str]:
+    """(the fastest of the ``cleared`` arms by ``gains``, the promoted one, why); ``cleared``:
+    the ``promotable`` arms, the same the grounds of ``_contributions`` count."""
     if not cleared:
         return None, None, "nothing cleared verification: the baseline stands"
     plan = verification.plan or VerificationPlan(arms=(), changes={}, margin=margin)
@@ -321,8 +321,8 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
         for c in plan.changes[key]:
             evidence.setdefault((c.knob, c.value), _evidence(
                 c, plan, runs, c.knob in paid, inert.get(c.knob) == c.value, margin, steps, measure and key == leader))
-    tainted = tainted_patches(trials)
-    best, chosen, why = _choose(verification, runs, base, evidence, tainted, margin, steps)
+    cleared = promotable(verification.verdicts, tainted_patches(trials))
+    best, chosen, why = _choose(verification, runs, base, evidence, cleared, margin, steps)
     final = _final(verification, chosen, why) if chosen is not None else verification
     family = plan.family(chosen.arm) if chosen is not None and plan.arms else None
     family_changes = plan.changes.get(family, ()) if family else ()
@@ -331,7 +331,7 @@ def run_minimize(rt: CampaignRuntime, doctor: DoctorReport, verification: Verifi
         contributions = [_single(family_changes[0], chosen)]
     elif family_changes:
         contributions = _contributions([evidence[(c.knob, c.value)] for c in family_changes], chosen, best,
-                                       [v.config for v in promotable(verification.verdicts, tainted)])
+                                       [v.config for v in cleared])
     dropped = tuple(c.knob for c in contributions if not c.kept)
     note = why if chosen is not None else "nothing was promoted: nothing to minimize"
     if len(family_changes) > 1 and not measure:
