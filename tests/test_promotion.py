@@ -10,13 +10,14 @@ verifications with the rule the campaign uses (``infrarsi.stages.run.sequential`
 """
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from infrarsi.contract.noise import cv_upper_bound, estimate_noise
 from infrarsi.core.spec import BudgetSpec
-from infrarsi.stages.run.sequential import ALPHA, EARLY_LEVEL, Decision, SequentialRule, look
+from infrarsi.stages.run.sequential import ALPHA, EARLY_LEVEL, FUTILITY_Z, Decision, SequentialRule, look
 
 MAX_PAIRS = BudgetSpec().verify_pairs
 MARGIN = BudgetSpec().practical_margin
@@ -36,10 +37,10 @@ def verify(log_ratios: list[float], margin: float, rule: SequentialRule) -> tupl
 
 
 def campaigns(true_speedup: float, run_cv: float, seed: int, *, num_repeats: int = 1000,
-              max_pairs: int = MAX_PAIRS) -> tuple[float, float]:
+              max_pairs: int = MAX_PAIRS, futility_z: float | None = FUTILITY_Z) -> tuple[float, float]:
     """(promotion rate, mean pairs) over simulated verifications."""
     rng = np.random.default_rng(seed)
-    rule = SequentialRule(max_pairs=max_pairs)
+    rule = SequentialRule(max_pairs=max_pairs, futility_z=futility_z)
     promoted, pairs = 0, 0
     for _ in range(num_repeats):
         drift = np.exp(np.cumsum(rng.normal(0, 0.05, max_pairs)))  # load changes between pairs
@@ -78,10 +79,22 @@ def test_a_real_speedup_is_promoted_however_noisy_the_machine(run_cv, speedup, r
 
 def test_noise_buys_pairs_not_a_higher_bar():
     """A 1.3x on a 15% machine: the test runs more rounds than on a quiet one, and promotes
-    it far more often with room for ten than it could with room for five."""
+    it far more often with room for the default pairs than it could with room for five."""
     quiet, noisy = campaigns(1.3, 0.01, seed=4), campaigns(1.3, 0.15, seed=4)
     assert noisy[1] > quiet[1] + 3
     assert campaigns(1.3, 0.15, seed=4, max_pairs=5)[0] + 0.2 < noisy[0]
+
+
+def test_room_for_many_pairs_is_not_spent_on_a_candidate_with_nothing_to_show():
+    """A true zero change never gets its upper bound under 1 + a 1% margin on a 3.5% machine:
+    without the futility stop it runs every pair; with it, about a third of them. A close
+    candidate (1.15x at 15%) keeps most of what the room buys: promoted far more often than
+    with room for ten pairs, and not much less often than with no futility stop."""
+    null, null_without = campaigns(1.0, 0.035, seed=5), campaigns(1.0, 0.035, seed=5, futility_z=None)
+    assert null[0] < 0.05 and null_without[1] > MAX_PAIRS - 2 and null[1] < MAX_PAIRS / 2.5
+    close, close_without = campaigns(1.15, 0.15, seed=5), campaigns(1.15, 0.15, seed=5, futility_z=None)
+    assert close[0] > campaigns(1.15, 0.15, seed=5, max_pairs=10)[0] + 0.3
+    assert close[0] > close_without[0] - 0.1 and close[1] < close_without[1]
 
 
 @pytest.mark.parametrize("run_cv,most_pairs", [(0.003, 2.3), (0.035, 3.3), (0.15, 4.5)])
@@ -103,9 +116,13 @@ def test_the_looks_spend_alpha_between_them_and_the_last_look_keeps_most_of_it()
 def test_a_look_clears_continues_or_stops_by_its_bounds():
     rule = SequentialRule(max_pairs=MAX_PAIRS)
     assert look(rule, [math.log(3.0)] * 1, 0.05).decision is Decision.CONTINUE  # one pair: never
-    clear = look(rule, [math.log(3.0), math.log(3.02)], 0.05)
+    clear = look(rule, [math.log(3.0), math.log(3.02), math.log(3.01)], 0.05)
     assert clear.decision is Decision.CLEARS and clear.low > math.log(1.05)
-    assert look(rule, [0.0, 0.0003], 0.05).decision is Decision.CANNOT_CLEAR  # upper bound under the margin
+    flat = [0.0, 0.01, -0.01, 0.005, 0.0]  # upper bound still above 1%, but its mean + 2 se would not clear
+    assert look(rule, flat, 0.01).decision is Decision.FUTILE
+    assert look(replace(rule, futility_z=None), flat, 0.01).decision is Decision.CONTINUE
+    assert look(rule, flat, 0.01).high > math.log1p(0.01)
+    assert look(rule, [0.0, 0.0003, 0.0001], 0.05).decision is Decision.CANNOT_CLEAR  # upper bound under the margin
     assert look(rule, [0.2, 0.0], 0.05).decision is Decision.CONTINUE
     last = SequentialRule(max_pairs=7)
     assert look(last, [0.2, 0.0, 0.1, 0.15, 0.02, 0.1, 0.05], 0.05).decision is Decision.CANNOT_CLEAR  # the last look

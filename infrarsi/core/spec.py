@@ -180,9 +180,10 @@ class BudgetSpec(_Model):
     doctor_repeats: int = Field(default=3, ge=3)
     num_finalists: int = Field(default=2, ge=1, description="configs verification may measure as finalists; "
                                "a runner-up only while the time model gives it a real chance of being fastest")
-    verify_pairs: int = Field(default=10, ge=2, description="the most paired rounds a finalist runs; it stops "
-                              "as soon as the sequential test decides (infrarsi.stages.run.sequential), so "
-                              "only a close decision on a noisy machine runs them all")
+    verify_pairs: int = Field(default=30, ge=2, description="the most paired rounds a finalist runs; it stops "
+                              "as soon as the sequential test decides, or clearing has become unlikely "
+                              "(infrarsi.stages.run.sequential), so only a close decision on a noisy machine "
+                              "runs them all")
     practical_margin: float = Field(
         default=0.01, ge=0, lt=0.5, description="the smallest speedup worth having: verification promotes "
         "a config whose paired lower bound clears 1 + this, and minimization drops a change as equivalent "

@@ -7,8 +7,9 @@ machine cancel in the ratio; one baseline run serves every arm of its round, the
 finalists and minimization's smaller configs alike (``stages.evidence`` plans the arms).
 After each round, ``infrarsi.stages.run.sequential`` looks at every open arm: a finalist or smaller
 config whose lower bound clears 1 + the practical margin (``budget.practical_margin``) is
-decided and stops running, as is one that can no longer clear; the noise is in the
-bound's width, so a noisy machine runs more rounds rather than facing a higher bar. A
+decided and stops running, as is one that can no longer clear, or is unlikely to by its
+last pair; the noise is in the bound's width, so a noisy machine runs more rounds rather
+than facing a higher bar. A
 leave-one-out arm is decided when its contribution (its objective over its parent's in
 the same rounds) clearly pays, or clearly does not and its own test against the baseline
 has decided too (it may be promoted in its parent's place), and its parent runs as long
@@ -37,7 +38,7 @@ of running them again.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from infrarsi.contract.checks import enforce
@@ -124,7 +125,9 @@ def _decide(state: _Arm, states: Mapping[str, _Arm], margin: float, steps: float
         both = _shared(states[state.arm.parent], state)
         if not both:
             return
-        lk = objective_look(state.rule, [x for _, x in both], [p for p, _ in both], margin, steps)
+        # no futility stop here: a change is dropped on evidence, not on its pairs running short
+        lk = objective_look(replace(state.rule, futility_z=None), [x for _, x in both], [p for p, _ in both],
+                            margin, steps)
         last = lk.num_pairs >= state.rule.max_pairs
         if lk.decision is Decision.CANNOT_CLEAR and not last \
                 and _own_look(state, margin, steps).decision is Decision.CONTINUE:
@@ -135,7 +138,8 @@ def _decide(state: _Arm, states: Mapping[str, _Arm], margin: float, steps: float
         why = {Decision.CLEARS: "its change pays", Decision.CANNOT_CLEAR: "measured to its last pair"
                if last else "its change does not pay"}.get(lk.decision)
     else:
-        why = {Decision.CLEARS: "it clears", Decision.CANNOT_CLEAR: "it cannot clear"}.get(
+        why = {Decision.CLEARS: "it clears", Decision.CANNOT_CLEAR: "it cannot clear",
+               Decision.FUTILE: "it is unlikely to clear by its last pair"}.get(
             _own_look(state, margin, steps).decision)
     if why:
         state.decided, state.num_decided = why, len(state.pairs)
