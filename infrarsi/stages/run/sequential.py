@@ -53,7 +53,7 @@ EARLY_LEVEL = 0.005
 # A look stops an arm as futile when its mean plus this many standard errors, taken as the
 # truth, would still leave the last look's lower bound under the threshold. At 30 pairs, on
 # the noise model of tests/test_promotion.py: a true zero change at 3.5% run noise stops after
-# 10 pairs (30 without), a true 1.15x at 15% is promoted 85% of the time (90% without).
+# about 10 pairs (29 without), a true 1.15x at 15% is promoted 85% of the time (90% without).
 FUTILITY_Z = 2.0
 
 

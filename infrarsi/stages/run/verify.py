@@ -5,18 +5,17 @@ Each round runs the baseline, then every arm still open (A B C A B C ...), so ea
 run is paired with a baseline run taken moments before and slow drifts of a shared
 machine cancel in the ratio; one baseline run serves every arm of its round, the
 finalists and minimization's smaller configs alike (``stages.evidence`` plans the arms).
-After each round, ``infrarsi.stages.run.sequential`` looks at every open arm: a finalist or smaller
-config whose lower bound clears 1 + the practical margin (``budget.practical_margin``) is
-decided and stops running, as is one that can no longer clear, or is unlikely to by its
-last pair; the noise is in the bound's width, so a noisy machine runs more rounds rather
-than facing a higher bar. A
-leave-one-out arm is decided when its contribution (its objective over its parent's in
-the same rounds) clearly pays, or clearly does not and its own test against the baseline
-has decided too (it may be promoted in its parent's place), and its parent runs as long
-as it does. A run that fails ends its arm: a config
-with a failed run is never promoted. With a declared job length the ratios are of
-whole-job times (start-up plus steps x step time), and the per-step speedup is reported
-beside them.
+After each round, ``infrarsi.stages.run.sequential`` looks at every open arm: a finalist
+or smaller config whose lower bound clears 1 + the practical margin
+(``budget.practical_margin``) is decided and stops running, as is one that can no longer
+clear, or is unlikely to by its last pair; the noise is in the bound's width, so a noisy
+machine runs more rounds rather than facing a higher bar. A leave-one-out arm is decided
+when its contribution (its objective over its parent's in the same rounds) clearly pays,
+or clearly does not and its own test against the baseline has decided too (it may be
+promoted in its parent's place), and its parent runs as long as it does. A run that fails
+ends its arm: a config with a failed run is never promoted. With a declared job length the
+ratios are of whole-job times (start-up plus steps x step time), and the per-step speedup
+is reported beside them.
 
 Each round runs at its own canary seed (the contract's seed + 1000 + round), and every
 arm's losses are compared with a run in its own numerics at that seed (a candidate in
