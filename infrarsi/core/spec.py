@@ -178,7 +178,7 @@ class BudgetSpec(_Model):
         "re-measured trial counts once); unset: the most the protocol plans (infrarsi.stages.budget)")
     trial_timeout_s: float = Field(default=180, gt=0)
     doctor_repeats: int = Field(default=3, ge=3)
-    num_finalists: int = Field(default=2, ge=1, description="configs verification may measure as finalists; "
+    num_finalists: int = Field(default=4, ge=1, description="configs verification may measure as finalists; "
                                "a runner-up only while the time model gives it a real chance of being fastest")
     verify_pairs: int = Field(default=30, ge=2, description="the most paired rounds a finalist runs; it stops "
                               "as soon as the sequential test decides, or clearing has become unlikely "
