@@ -31,6 +31,7 @@ pairs' variance, changes dropped only on evidence). Each part runs both side by 
 
     python benchmarks/campaign_cost.py rule sim --seeds 2 --workers 2
     python benchmarks/campaign_cost.py cpu --cpu-runs 3 --protocols after
+    python benchmarks/campaign_cost.py render --pool DIR1 DIR2 --out DIR  # sim runs of other seeds, together
 
 Results are merged into ``OUT/results.json`` (a part run again replaces its rows of the
 protocols it ran) and the tables rewritten to ``OUT/results.md``.
@@ -477,6 +478,8 @@ def main() -> int:
     ap.add_argument("--before", default=BEFORE_COMMIT, help="the commit whose code is 'before'")
     ap.add_argument("--keep", type=Path, help="cpu: copy each run's campaign folder here (ledger, summary, reports)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmark" / "campaign_cost")
+    ap.add_argument("--pool", nargs="+", type=Path, default=[],
+                    help="render: OUT's simulated part becomes these results folders' rows together (seeds run apart)")
     ap.add_argument("--spec", type=Path, help=argparse.SUPPRESS)  # worker only
     ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--noise", type=float, help=argparse.SUPPRESS)
@@ -487,6 +490,11 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     path = args.out / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {}
+    if args.pool:
+        parts = [json.loads((d / "results.json").read_text())["sim"] for d in args.pool]
+        results["sim"] = {"rows": [r for p in parts for r in p["rows"]], "wall_s": sum(p["wall_s"] for p in parts),
+                          "command": " and ".join(p["command"] for p in parts), "before": parts[0]["before"],
+                          "after": parts[0]["after"], "pooled": True}
     with tempfile.TemporaryDirectory(prefix="campaign-cost-") as tmp:
         command = "python benchmarks/campaign_cost.py " + " ".join(sys.argv[1:])
         for part in (p for p in args.parts if p != "render"):
@@ -515,7 +523,8 @@ def main() -> int:
                       f"`{results[part]['command']}`: {results[part]['wall_s']:.0f} s."
                       + "".join(f" Rows of a protocol it did not run come from an earlier `{c}`."
                                 for c in sorted({r.get("command") for r in results[part]["rows"]}
-                                                - {results[part]["command"], None})), ""]
+                                                - {results[part]["command"], None}) if not results[part].get("pooled")),
+                      ""]
     (args.out / "results.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
