@@ -9,7 +9,7 @@ FAKE = Path(__file__).resolve().parents[1] / "fake_workload.py"
 
 def fake_spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]", objective: str = "",
               seed_mode: str = "ignore", minimize_pairs: int = 3, doctor_max_repeats: int = 5,
-              verify_pairs: int = 2, practical_margin: float = 0.01) -> Path:
+              verify_pairs: int = 2, practical_margin: float = 0.01, num_finalists: int | None = None) -> Path:
     work = tmp / "fake"
     work.mkdir(exist_ok=True)
     shutil.copy(FAKE, work / "fake_workload.py")
@@ -29,6 +29,8 @@ def fake_spec(tmp: Path, *, knobs: dict, baseline: dict, calibration: str = "[]"
               "[budget]", "num_trials = 1", f"verify_pairs = {verify_pairs}", f"minimize_pairs = {minimize_pairs}",
               "doctor_repeats = 3", f"doctor_max_repeats = {doctor_max_repeats}",
               f"practical_margin = {practical_margin}", objective]
+    if num_finalists is not None:  # unset: the spec's default
+        lines.insert(lines.index("[budget]") + 1, f"num_finalists = {num_finalists}")
     path = tmp / "fake.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
