@@ -12,9 +12,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infrarsi.cli.init_command import build_spec
-from infrarsi.cli.init_draft import Observed, contract_field_of
-from infrarsi.cli.launch_command import parse_command
+from infrarsi.discover.init import build_spec
+from infrarsi.discover.draft import Observed, contract_field_of
+from infrarsi.discover.command import parse_command
 from infrarsi.contract.spec_load import parse_spec
 from infrarsi.harness.command import render_command
 

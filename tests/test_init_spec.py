@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.cli.init_draft import Observed
-from infrarsi.cli.launch_command import help_flags, parse_command
-from infrarsi.cli.log_patterns import guess_patterns
+from infrarsi.discover.draft import Observed
+from infrarsi.discover.command import help_flags, parse_command
+from infrarsi.discover.log_patterns import guess_patterns
 from infrarsi.cli.main import main
 from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import InfrarsiError
@@ -113,8 +113,8 @@ def test_init_on_a_hugging_face_script_offers_one_precision_and_one_checkpointin
 
 
 def test_a_precision_switch_the_command_turns_on_is_the_one_kept():
-    from infrarsi.cli.init_command import build_spec
-    from infrarsi.cli.launch_command import Flag
+    from infrarsi.discover.init import build_spec
+    from infrarsi.discover.command import Flag
 
     command = ["python", "train.py", "--fp16", "True"]
     known = [Flag("bf16", "--bf16", False, "separate"), Flag("fp16", "--fp16", False, "separate")]
@@ -139,7 +139,7 @@ def test_help_defaults_of_none_are_no_default(tmp_path):
     known = help_flags(cmd, tmp_path, dict(os.environ))
     assert {f.name: f.value for f in known} == {"gradient_checkpointing": None, "bf16": False, "seq_len": None,
                                                 "steps": 20, "report_to": "none"}
-    from infrarsi.cli.init_command import build_spec
+    from infrarsi.discover.init import build_spec
 
     draft = build_spec(cmd, known, Observed(), name="job", cpus=2)
     assert draft.data["knobs"]["gradient_checkpointing"]["values"] == [False, True]
@@ -148,8 +148,8 @@ def test_help_defaults_of_none_are_no_default(tmp_path):
 
 
 def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
-    from infrarsi.cli.init_command import build_spec, render_toml, short_argv
-    from infrarsi.cli.launch_command import Flag
+    from infrarsi.discover.init import build_spec, render_toml, short_argv
+    from infrarsi.discover.command import Flag
 
     command = ["python", "train.py", "--batch_size", "4", "--grad_accum", "2"]
     cmd = parse_command(command)
@@ -165,7 +165,7 @@ def test_a_contract_value_nothing_gives_is_a_placeholder_marked_confirm():
 
 
 def main_raises(argv):
-    from infrarsi.cli.init_command import init_spec
+    from infrarsi.discover.init import init_spec
 
     job = argv[argv.index("--") + 1:]
     init_spec(job, cwd=Path.cwd(), out_path=Path(argv[argv.index("-o") + 1]), run_job=False)
@@ -179,7 +179,7 @@ def test_a_torchrun_line_and_argparse_help(tmp_path):
     assert cmd.nproc == 2 and cmd.nproc_index == 2 and [f.style for f in cmd.flags] == ["separate"] * 4
     flags = {f.name: f for f in help_flags(cmd, ROOT / "workloads" / "gpt", dict(os.environ))}
     assert flags["precision"].choices == ["fp32", "bf16"] and flags["checkpointing"].choices[-1] == "full"
-    from infrarsi.cli.init_command import build_spec
+    from infrarsi.discover.init import build_spec
 
     draft = build_spec(cmd, list(flags.values()), Observed(), name="gpt", cpus=2)
     knobs = draft.data["knobs"]
@@ -212,14 +212,14 @@ def test_a_command_init_cannot_read_says_what_to_do(tmp_path):
     with pytest.raises(InfrarsiError, match="'-c' after the launcher is not a .py script"):
         parse_command(["python", "-c", "print(1)"])
     with pytest.raises(InfrarsiError, match="'no-such-trainer' is not on PATH; activate the environment"):
-        from infrarsi.cli.init_command import init_spec
+        from infrarsi.discover.init import init_spec
 
         init_spec(["no-such-trainer", "fit"], cwd=tmp_path, out_path=tmp_path / "c.toml", run_job=False)
 
 
 def test_the_written_spec_reads_back_as_the_draft_with_confirm_on_its_keys():
-    from infrarsi.cli.init_command import build_spec, render_toml
-    from infrarsi.cli.launch_command import Flag
+    from infrarsi.discover.init import build_spec, render_toml
+    from infrarsi.discover.command import Flag
 
     command = ["python", "train.py", "--batch_size", "4", "--grad_accum", "2",
                "--note", 'say "hi" \\ # not a comment']

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from infrarsi.cli.init_command import init_spec
+from infrarsi.discover.init import init_spec
 from infrarsi.core.errors import ContractError
 from infrarsi.stages.doctor import run_doctor
 from infrarsi.stages.init import init_campaign

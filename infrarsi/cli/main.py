@@ -205,7 +205,7 @@ def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int,
 
 
 def _init(args: argparse.Namespace) -> int:
-    from infrarsi.cli.init_command import init_spec
+    from infrarsi.discover.init import init_spec
 
     job = args.job[1:] if args.job[:1] == ["--"] else args.job
     path = init_spec(job, cwd=Path.cwd(), out_path=Path(args.output), name=args.name, force=args.force,

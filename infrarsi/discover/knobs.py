@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infrarsi.cli.launch_command import Flag
+from infrarsi.discover.command import Flag
 
 # Flag names (lower case, dashes as underscores) that say what a flag is.
 KIND_NAMES = {

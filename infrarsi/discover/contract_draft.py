@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from infrarsi.cli.init_draft import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, CommandFacts, Draft, Observed, changes_numerics
-from infrarsi.cli.launch_command import ParsedCommand
+from infrarsi.discover.draft import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, CommandFacts, Draft, Observed, changes_numerics
+from infrarsi.discover.command import ParsedCommand
 
 # An honest split of the global batch that moves the first printed loss by more than this
 # means the job prints a micro-batch's loss, not the global batch's: compare moving means.

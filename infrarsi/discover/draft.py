@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from infrarsi.cli.init_knobs import draft_knob, kind_of, one_knob_per_kind, powers_of_two
-from infrarsi.cli.launch_command import Flag, ParsedCommand
-from infrarsi.cli.log_patterns import GuessedPatterns
+from infrarsi.discover.knobs import draft_knob, kind_of, one_knob_per_kind, powers_of_two
+from infrarsi.discover.command import Flag, ParsedCommand
+from infrarsi.discover.log_patterns import GuessedPatterns
 from infrarsi.contract.numerics import CHANGES, default_numerics
 
 CONTRACT_NAMES = {
@@ -103,7 +103,7 @@ def _as_typed(knob: dict[str, Any], flag: Flag) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class CommandFacts:
-    """What the command (and --help) say about the contract, for ``init_contract``."""
+    """What the command (and --help) say about the contract, for ``infrarsi.discover.contract_draft``."""
 
     found: dict[str, Any]  # contract field -> value, from the command or --help
     from_help: frozenset[str]  # the fields whose value is --help's default

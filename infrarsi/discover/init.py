@@ -1,12 +1,12 @@
 """``infrarsi init``: a starting campaign spec from the command that launches a job.
 
-It reads the command as typed (``infrarsi.cli.launch_command``) and, where the entry answers
+It reads the command as typed (``infrarsi.discover.command``) and, where the entry answers
 ``--help``, the flags it knows; runs the command once for a few steps exactly as typed but
-for its step count (``infrarsi.cli.dry_run``), to read its log lines, count the losses it
+for its step count (``infrarsi.discover.dry_run``), to read its log lines, count the losses it
 prints per step, see the files it reads and what it states about its model; where the
 command splits its batch into micro-batches, runs one honest split too, to see whether the
-printed loss is the global batch's. The spec (``infrarsi.cli.init_draft`` and
-``init_contract``) keeps the command token for token, checks every guess against the
+printed loss is the global batch's. The spec (``infrarsi.discover.draft`` and
+``infrarsi.discover.contract_draft``) keeps the command token for token, checks every guess against the
 command's own numbers and marks what only the user can know ``CONFIRM``.
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import tomlkit
 
-from infrarsi.cli.dry_run import DryRun, dry_run
-from infrarsi.cli.init_contract import contract_and_metrics
-from infrarsi.cli.init_draft import (
+from infrarsi.discover.dry_run import DryRun, dry_run
+from infrarsi.discover.contract_draft import contract_and_metrics
+from infrarsi.discover.draft import (
     DRY_RUN_STEPS,
     Draft,
     batch_flags,
@@ -32,8 +32,8 @@ from infrarsi.cli.init_draft import (
     draft_command,
     typed_tokens_per_step,
 )
-from infrarsi.cli.launch_command import Flag, ParsedCommand, help_flags, parse_command
-from infrarsi.cli.log_patterns import guess_patterns
+from infrarsi.discover.command import Flag, ParsedCommand, help_flags, parse_command
+from infrarsi.discover.log_patterns import guess_patterns
 from infrarsi.core.errors import InfrarsiError
 
 
