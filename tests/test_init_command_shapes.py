@@ -3,7 +3,10 @@ writes renders its baseline as the argv typed, token for token and in order, wit
 environment prefix as the environment. Property-tested over command shapes (hypothesis):
 `--k v` and `--k=v` flags, positional config files before and after the overrides, Hydra
 `k=v` / `+k=v`, a Lightning CLI subcommand with dotted flags, python / `python -m` /
-torchrun / `accelerate launch` launchers, an environment prefix."""
+torchrun / `accelerate launch` launchers, an environment prefix (`K=V` or `env K=V`).
+What the baseline adds to the typed tokens are the levers of the job's families the command
+does not set, each at its baseline: launcher options before the entry, flags after the
+command, variables in the environment."""
 
 import string
 import tempfile
@@ -16,7 +19,7 @@ from infrarsi.discover.init import build_spec
 from infrarsi.discover.draft import Observed, contract_field_of
 from infrarsi.discover.command import parse_command
 from infrarsi.contract.spec_load import parse_spec
-from infrarsi.harness.command import render_command
+from infrarsi.harness.command import flag_args, render_command
 
 FOLDER = Path(tempfile.mkdtemp(prefix="infrarsi-shapes-"))
 for name in ("train.py", "config/base.py", "config/small.py"):
@@ -62,6 +65,8 @@ def flag(draw):
 def command(draw):
     env = draw(st.lists(st.sampled_from(["OMP_NUM_THREADS=1", "CUDA_VISIBLE_DEVICES=0", "TOKENIZERS_PARALLELISM=false"]),
                         unique=True, max_size=2))
+    if env and draw(st.booleans()):
+        env = ["env", *env]
     launcher = draw(st.sampled_from(LAUNCHERS))
     before = draw(st.lists(st.sampled_from(["config/base.py", "config/small.py"]), unique=True, max_size=1))
     flags = draw(st.lists(flag(), max_size=7))
@@ -95,15 +100,34 @@ def _rendered(argv: list[str]) -> tuple[tuple[str, ...], dict[str, str], list[st
     data.pop("fixed_products", None)  # the product's values are not what this test is about
     spec = parse_spec(data, source="shapes", base_dir=FOLDER)
     out, env = render_command(spec, spec.space, spec.space.validate(spec.baseline))
-    return out, env, cmd.argv
+    return out, env, cmd.argv, spec
+
+
+def _typed_part(rendered: tuple[str, ...], spec, typed: list[str]) -> list[str]:
+    """``rendered`` less what the levers add: the flags appended after the command, each at
+    its baseline, and a launcher option the command did not type, inserted before the entry
+    with its knob's value."""
+    appended = [t for k in spec.space.knobs if k.flag and not k.placeholder
+                for t in flag_args(k, spec.baseline[k.name])]
+    core = list(rendered[:len(rendered) - len(appended)])
+    assert list(rendered[len(core):]) == appended
+    knobs = {"{" + k.name + "}" for k in spec.space.knobs if k.placeholder}
+    for option, value in zip(spec.command, spec.command[1:]):
+        if option.startswith("--") and "{" not in option and option not in typed and value in knobs:
+            i = core.index(option)
+            assert core[i + 1] == str(spec.baseline[value.strip("{}")])
+            del core[i:i + 2]
+    return core
 
 
 @settings(max_examples=300, deadline=None)
 @given(command())
 def test_the_baseline_renders_the_command_as_typed(argv):
-    rendered, env, typed = _rendered(argv)
-    typed_env = dict(t.split("=", 1) for t in argv[:len(argv) - len(typed)])
-    assert list(rendered) == typed and env == typed_env
+    rendered, env, typed, spec = _rendered(argv)
+    typed_env = dict(t.split("=", 1) for t in argv[:len(argv) - len(typed)] if t != "env")
+    assert _typed_part(rendered, spec, typed) == typed
+    carried = {k.env: str(spec.baseline[k.name]) for k in spec.space.knobs if k.env}
+    assert env == {**typed_env, **carried} and all(env[k] == v for k, v in typed_env.items())
 
 
 def test_a_positional_config_file_keeps_its_place_before_the_overrides():
@@ -111,8 +135,8 @@ def test_a_positional_config_file_keeps_its_place_before_the_overrides():
     overrides in order; the file moved after the overrides trained the file's model."""
     argv = ["python", "train.py", "config/small.py", "--device=cpu", "--n_layer=4", "--block_size=128",
             "--batch_size=12", "--gradient_accumulation_steps=4", "--max_iters=30", "--compile=False"]
-    rendered, env, typed = _rendered(argv)
-    assert list(rendered) == argv and env == {}
+    rendered, env, typed, spec = _rendered(argv)
+    assert _typed_part(rendered, spec, argv) == argv and set(env) <= {"OMP_NUM_THREADS"}
     spec_command = build_spec(parse_command(argv), [], Observed(), name="x", cpus=2).data["command"]
     assert spec_command[:5] == ["python", "train.py", "config/small.py", "--device=cpu", "--n_layer=4"]
     assert "--block_size={seq_len}" in spec_command and "--batch_size={batch_size}" in spec_command

@@ -60,12 +60,15 @@ def test_each_flag_style_renders_as_the_script_expects(tmp_path):
     assert env == {"OMP_NUM_THREADS": "2"}
 
 
-def test_the_baseline_is_the_command_and_a_trial_adds_only_what_it_changes(tmp_path):
+def test_the_baseline_passes_every_knob_at_its_value_and_a_trial_differs_only_where_it_changes(tmp_path):
+    """A knob absent from the command is passed at the baseline's value too (a switch that is
+    off, as nothing), so the baseline runs what the spec says, never the job's own default."""
     spec = _load(tmp_path)
     argv, env = render_command(spec, spec.space, spec.baseline)
-    assert argv[1:] == ("train.py", "--max_iters=4", "--seed=1234") and env == {}
-    argv, env = render_command(spec, spec.space, {**spec.baseline, "compile": True})
-    assert argv[1:] == ("train.py", "--max_iters=4", "--seed=1234", "--compile", "True") and env == {}
+    assert argv[1:] == ("train.py", "--max_iters=4", "--seed=1234", "--batch_size=4", "--gradient_accumulation_steps=4",
+                        "dtype=float32", "--compile", "False") and env == {"OMP_NUM_THREADS": "1"}
+    trial, trial_env = render_command(spec, spec.space, {**spec.baseline, "compile": True})
+    assert [a for a, b in zip(trial, argv) if a != b] == ["True"] and len(trial) == len(argv) and trial_env == env
 
 
 def test_knobs_in_the_command_render_where_they_stand(tmp_path):
@@ -79,11 +82,13 @@ def test_knobs_in_the_command_render_where_they_stand(tmp_path):
         "knobs.fast": {"values": [False, True], "placeholder": True, "flag": "--fast", "flag_style": "switch"}})
     argv, env = render_command(spec, spec.space, spec.baseline)
     assert argv[1:] == ("train.py", "config/x.py", "--batch_size=4", "--max_iters=3",
-                        "--gradient_accumulation_steps=4") and env == {"OMP_NUM_THREADS": "1"}
+                        "--gradient_accumulation_steps=4", "dtype=float32", "--compile", "False") \
+        and env == {"OMP_NUM_THREADS": "1"}
     argv, env = render_command(spec, spec.space, {**spec.baseline, "batch_size": 8, "gradient_accumulation_steps": 2,
                                                   "fast": True, "threads": 2})
     assert argv[1:] == ("train.py", "config/x.py", "--batch_size=8", "--fast", "--max_iters=3",
-                        "--gradient_accumulation_steps=2") and env == {"OMP_NUM_THREADS": "2"}
+                        "--gradient_accumulation_steps=2", "dtype=float32", "--compile", "False") \
+        and env == {"OMP_NUM_THREADS": "2"}
     with pytest.raises(SpecError, match=r"knobs\.batch_size is a placeholder, but the command has no \{batch_size\}"):
         _load(tmp_path, **{"knobs.batch_size": {"values": [2, 4, 8], "placeholder": True}})
 
@@ -154,8 +159,8 @@ def test_builtin_priors_apply_by_kind_and_level_whatever_the_knob_is_called(tmp_
 
 
 def test_the_builtin_spec_renders_as_before():
-    """The baseline command runs the same training config as when every knob's flag was
-    appended: train.py's defaults are the baseline's values, and threads is in place."""
+    """The baseline command passes every knob's flag at the baseline's value, which is also
+    train.py's default: it trains what the command without them trained."""
     import dataclasses
 
     from infrarsi.stages.init import builtin_spec_path
@@ -163,9 +168,9 @@ def test_the_builtin_spec_renders_as_before():
 
     spec = load_spec(builtin_spec_path())
     argv, env = render_command(spec, spec.space, spec.baseline)
-    assert argv[argv.index("--nproc-per-node") + 1] == "1" and "--micro-batch" not in argv
+    assert argv[argv.index("--nproc-per-node") + 1] == "1" and argv[argv.index("--micro-batch") + 1] == "2"
     script = list(argv[argv.index("train.py") + 1:])
-    flags = [t for k in spec.space.knobs if k.flag for t in (k.flag, str(spec.baseline[k.name]))]
-    assert dataclasses.asdict(parse_args(script)) == dataclasses.asdict(parse_args(script + flags))
+    bare = script[:script.index("--micro-batch")]  # the command without the knobs' flags
+    assert dataclasses.asdict(parse_args(script)) == dataclasses.asdict(parse_args(bare))
     assert parse_args(script).threads == 2 and parse_args(script).micro_batch == 2
     assert tomllib.loads(builtin_spec_path().read_text()).get("flag_style") is None

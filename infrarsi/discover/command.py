@@ -1,7 +1,8 @@
 """A launch command, read as typed: its environment prefix, the program and entry point,
 and the entry's flags with where each stands.
 
-``parse_command`` understands ``python train.py ...``, ``python -m pkg.train ...``,
+``parse_command`` understands an environment prefix (``K=V cmd`` or ``env K=V cmd``),
+``python train.py ...``, ``python -m pkg.train ...``,
 ``torchrun [options] train.py ...`` (and ``python -m torch.distributed.run``),
 ``accelerate launch [options] train.py ...``, and a console script with a subcommand
 (``trl sft ...``, ``litgpt pretrain ...``). Nothing is reordered: every flag keeps the index
@@ -40,6 +41,7 @@ class Flag:
     choices: list | None = None  # what --help lists as its choices ({fp32,bf16})
     raw: str | None = None  # the value as typed (None: from --help, or a bare switch)
     index: int | None = None  # the token holding the value (the flag itself for equals and switch)
+    origin: str = "the command"  # where the value was read: the command, --help, the job's settings, ...
 
     @property
     def key(self) -> str:
@@ -58,6 +60,10 @@ class ParsedCommand:
     nproc_index: int | None = None       # the token holding that count
     nproc_style: str = "separate"
     launcher: str = "python"             # python | torchrun | accelerate | program
+    typed: list[str] = field(default_factory=list)  # the whole command as typed, prefix included
+    launcher_flags: list[Flag] = field(default_factory=list)  # the launcher's own options, as typed
+    entry_index: int | None = None       # the token where the entry (script or -m) starts
+    module: str | None = None            # the entry module of ``python -m``
 
     @property
     def python_like(self) -> bool:
@@ -114,6 +120,10 @@ def _launcher_options(cmd: ParsedCommand, i: int) -> int:
         name, eq, raw = argv[i].partition("=")
         bare = not eq and (argv[i] in _BARE_LAUNCHER_OPTIONS or i + 1 >= len(argv))
         value_at = i if eq else (None if bare else i + 1)
+        if value_at is not None:
+            typed = raw if eq else argv[i + 1]
+            cmd.launcher_flags.append(Flag(_key(name), name, literal(typed), "equals" if eq else "separate",
+                                           raw=typed, index=value_at))
         if _key(name) in _PROCESS_OPTIONS and value_at is not None:
             raw = raw if eq else argv[i + 1]
             cmd.nproc = int(raw) if raw.isdigit() else None
@@ -128,8 +138,10 @@ def _entry(cmd: ParsedCommand, i: int) -> int:
     argv = cmd.argv
     if i >= len(argv):
         raise InfrarsiError(f"no script or module after the launcher in {' '.join(argv)}")
+    cmd.entry_index = i
     if argv[i] in ("-m", "--module") and i + 1 < len(argv):
         cmd.entry = [*(["python"] if not cmd.python_like else argv[:1]), "-m", argv[i + 1]]
+        cmd.module = argv[i + 1]
         return i + 2
     cmd.script = argv[i]
     cmd.entry = [argv[0], argv[i]] if cmd.python_like else ["python", argv[i]]
@@ -142,12 +154,17 @@ def parse_command(command: list[str]) -> ParsedCommand:
         raise InfrarsiError("infrarsi init needs the launch command after '--', e.g. "
                             "infrarsi init -- python train.py --batch_size=12")
     env: dict[str, str] = {}
-    n = 0
+    n = 1 if Path(command[0]).name == "env" else 0
+    if n and len(command) > 1 and command[1].startswith("-"):
+        raise InfrarsiError(f"`env {command[1]}` is not read: give the environment as NAME=value assignments "
+                            f"before the program (env NAME=value python train.py ...)")
     while n < len(command) - 1 and _ASSIGNMENT.fullmatch(command[n]):
         name, _, value = command[n].partition("=")
         env[name] = value
         n += 1
-    cmd = ParsedCommand(argv=list(command[n:]), env=env)
+    if n >= len(command):
+        raise InfrarsiError(f"no program after the environment prefix in {' '.join(command)}")
+    cmd = ParsedCommand(argv=list(command[n:]), env=env, typed=list(command))
     argv, prog = cmd.argv, Path(cmd.argv[0]).name
     if cmd.python_like:
         i = 1
@@ -196,5 +213,5 @@ def help_flags(command: ParsedCommand, cwd: Path, env: dict[str, str], timeout_s
         style = "switch" if metavar is None else "separate"
         choices = [literal(c) for c in metavar[1:-1].split(",")] if metavar and metavar.startswith("{") else None
         if spelled != "--help" and _key(spelled) not in found:
-            found[_key(spelled)] = Flag(_key(spelled), spelled, value, style, choices)
+            found[_key(spelled)] = Flag(_key(spelled), spelled, value, style, choices, origin="--help")
     return list(found.values())

@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from infrarsi.discover.draft import MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, CommandFacts, Draft, Observed, changes_numerics
+from infrarsi.discover.draft import (MAX_TRIAL_STEPS, MIN_TRIAL_STEPS, CommandFacts, Draft, Observed,
+                                    changes_numerics, contract_field_of)
 from infrarsi.discover.command import ParsedCommand
 
-# An honest split of the global batch that moves the first printed loss by more than this
-# means the job prints a micro-batch's loss, not the global batch's: compare moving means.
+# An honest split of the global batch that moves a printed loss by more than this (or by more
+# than one last printed digit and a half, where the job rounds coarser) at any step both dry
+# runs printed means the job prints a micro-batch's loss, not the global batch's: compare
+# moving means.
 SPLIT_MOVES_LOSS = 1e-4
 
 
@@ -25,6 +28,7 @@ def contract_and_metrics(draft: Draft, cmd: ParsedCommand, seen: Observed, facts
     steps = found.get("num_steps")
     if steps is None and isinstance(found.get("num_tokens"), int) and tokens > 1:
         steps = found["num_tokens"] // tokens
+    _job_length(draft, cmd, facts, steps)
     steps = min(max(steps, MIN_TRIAL_STEPS), MAX_TRIAL_STEPS) if isinstance(steps, int) else MAX_TRIAL_STEPS
     signal, signal_why = _loss_signal(seen, product)
     seed = found.get("seed", 1234)
@@ -60,6 +64,26 @@ def contract_and_metrics(draft: Draft, cmd: ParsedCommand, seen: Observed, facts
     draft.confirm["device.memory_capacity"] = "per trial: on CPU the resident memory above which a trial is an OOM"
     draft.data["budget"] = {"num_trials": 12, "trial_timeout_s": 300, "doctor_repeats": 3, "num_finalists": 1,
                             "verify_pairs": 5}
+
+
+def _job_length(draft: Draft, cmd: ParsedCommand, facts: CommandFacts, steps: Any) -> None:
+    """``objective.job_steps``: the optimizer steps of the run the command types (its step
+    flag, plus one for a loop over 0..N inclusive, or its tokens over a step's), so that a
+    change with a start-up cost (compile) must repay it over the user's run."""
+    typed = {"num_steps", "num_tokens"} - facts.from_help
+    length = steps + facts.step_offset if isinstance(steps, int) and steps > 0 and typed & set(facts.found) else None
+    if length is None:
+        draft.notes.append("CONFIRM objective: the command does not say how many steps the real run takes; add "
+                           "[objective] job_steps = <steps> so that start-up costs (compile) are weighed against "
+                           "the run that pays them (unset: per-step time alone)")
+        return
+    flag = next((f.spelled for f in cmd.flags if contract_field_of(f) in typed), "the step flag")
+    how = (f"{flag} {facts.found['num_steps']} typed, and the loop runs 0..N inclusive" if facts.step_offset
+           else f"{flag} as typed" if "num_steps" in facts.found
+           else f"{flag} {facts.found.get('num_tokens')} over the tokens of one step")
+    draft.data["objective"] = {"job_steps": int(length)}
+    draft.confirm["objective.job_steps"] = (f"the real run's optimizer steps ({how}): a change with a start-up "
+                                            "cost must repay it over these")
 
 
 def _globs(files: tuple[str, ...], most: int = 12) -> list[str]:
@@ -113,13 +137,19 @@ def _loss_signal(seen: Observed, product: int | None) -> tuple[str, str]:
     guide = ("'step' where the printed loss is the mean over the whole global batch (a Hugging Face Trainer's); "
              "'window' (a moving mean over contract.loss_window steps) where it is one micro-batch's (nanoGPT's); "
              "'eval' to compare the eval losses. Doctor checks it: docs/loss-contract.md")
-    if seen.split_moved is None:
+    split = seen.split
+    if split is None:
         return "step", guide
-    if seen.split_moved <= SPLIT_MOVES_LOSS:
-        return "step", (f"an honest split of the global batch printed the same first loss ({seen.split_moved:.1e} "
-                        f"apart) in the dry runs: the printed loss is the global batch's. {guide}")
-    return "window", (f"an honest split of the global batch moved the first printed loss by {seen.split_moved:.1%} "
-                      f"in the dry runs: the job prints a micro-batch's loss, so moving means are compared. {guide}")
+    bar = max(SPLIT_MOVES_LOSS, 1.5 * split.resolution)
+    where = (f"over the {split.num_compared} steps both dry runs printed, at most {split.moved:.1e} apart "
+             f"(step {split.at_step} of the printed losses)")
+    if split.moved <= bar:
+        return "step", (f"an honest split of the global batch printed the same losses {where}, within "
+                        f"{bar:.1e} (one last printed digit or {SPLIT_MOVES_LOSS:.0e}): the printed loss is the "
+                        f"global batch's. {guide}")
+    return "window", (f"an honest split of the global batch moved the printed loss by {split.moved:.1%} at step "
+                      f"{split.at_step} of the {split.num_compared} both dry runs printed: the job prints a "
+                      f"micro-batch's loss, so moving means are compared. {guide}")
 
 
 def _metrics(seen: Observed, draft: Draft, line: Any, tokens: int) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """The spec ``infrarsi init`` writes, from the command as typed and what its dry runs showed.
 
 The command stays the baseline, token for token: a value a knob or the contract takes is
-replaced where it stood (``--batch_size=12`` -> ``--batch_size={batch_size}``), nothing is
-moved, and a flag the command does not give joins only a trial that changes it. The step
-flag (and a seed flag that ``--help`` knows, so that canary seeds reach the job) is the one
-thing added where the command lacks it: a trial must choose how many steps it runs.
+replaced where it stood (``--batch_size=12`` -> ``--batch_size={batch_size}``) and nothing
+is moved. Added to it: the step flag (and a seed flag the job's parser knows, so that canary
+seeds reach the job) where the command lacks them, since a trial must choose how many steps
+it runs; the levers of the job's families (``infrarsi.discover.levers``) that the command
+does not set, each passed at its baseline on every run (a flag appended, a launcher option
+before the entry, an environment variable), so the baseline runs what the spec says.
 Guesses are checked before they are written: a tokens-per-step figure only where it equals
 the command's own product (micro-batch x accumulation x sequence length x processes), a
 step placeholder only where the dry run printed as many losses as its step value asked
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
-from infrarsi.discover.knobs import draft_knob, kind_of, one_knob_per_kind, powers_of_two
+from infrarsi.discover.knobs import draft_knob, kind_of, one_knob_per_kind
+from infrarsi.discover.lever_knobs import (Levers, coupling_constraints, defaulted_flags, env_knobs, launcher_knobs,
+                                           lever_knob, unoffered_notes)
 from infrarsi.discover.command import Flag, ParsedCommand
 from infrarsi.discover.log_patterns import GuessedPatterns
 from infrarsi.contract.numerics import CHANGES, default_numerics
@@ -47,6 +51,17 @@ def contract_field_of(flag: Flag) -> str | None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SplitComparison:
+    """The losses two dry runs printed, the command's and an honest split of its batch's,
+    compared at every step both printed."""
+
+    moved: float        # the largest relative difference between the two runs' losses at one step
+    at_step: int        # where it is largest: the printed loss's index, 0 for the first
+    num_compared: int   # the steps both runs printed
+    resolution: float   # the relative size of the printed values' last digit (the largest of them)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Observed:
     """What the dry runs showed (nothing, with ``--no-dry-run``)."""
 
@@ -55,7 +70,7 @@ class Observed:
     first_loss: float | None = None
     fact_lines: tuple[str, ...] = ()  # start-up lines that state the model (parameter counts)
     files_read: tuple[str, ...] = ()  # under the workload folder
-    split_moved: float | None = None  # relative change of the first loss under an honest split
+    split: SplitComparison | None = None  # the printed losses of an honest split against the command's
 
 
 @dataclass
@@ -103,33 +118,45 @@ def _as_typed(knob: dict[str, Any], flag: Flag) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class CommandFacts:
-    """What the command (and --help) say about the contract, for ``infrarsi.discover.contract_draft``."""
+    """What the command (and the job's parser) say about the contract, for
+    ``infrarsi.discover.contract_draft``."""
 
-    found: dict[str, Any]  # contract field -> value, from the command or --help
-    from_help: frozenset[str]  # the fields whose value is --help's default
+    found: dict[str, Any]  # contract field -> value, from the command or the job's parser
+    from_help: frozenset[str]  # the fields whose value is the parser's default, not the command's
     product: int | None  # micro-batch x accumulation, where both are knobs
+    step_offset: int = 0  # 1 where the step flag is {last_step}: the job runs its value + 1 steps
 
 
-def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name: str, cpus: int,
-                  default_threads: int | None) -> tuple[Draft, CommandFacts]:
-    """The command, knobs, baseline and fixed products for ``cmd``: ``known`` adds flags from
-    ``--help`` the command does not give; ``default_threads`` is torch's thread count in the
-    job's interpreter (None: no threads knob)."""
+def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name: str, levers: Levers,
+                  environ: Mapping[str, str]) -> tuple[Draft, CommandFacts]:
+    """The command, knobs, baseline and fixed products for ``cmd``: ``known`` adds the flags the
+    job's parser lists that the command does not give; ``levers`` are its families' levers on
+    this machine; ``environ`` is the environment the job inherits."""
+    cpus = levers.machine.cpus
     given = {f.name for f in cmd.flags}
-    every = cmd.flags + [f for f in known if f.name not in given]
     style = max(("separate", "equals"), key=lambda s: sum(f.style == s for f in cmd.flags))
+    every = cmd.flags + [f for f in known if f.name not in given]
+    every += defaulted_flags(levers, {f.name for f in every}, style)
     draft = Draft(data={})
     template = [_escape(t) for t in cmd.argv]
-    tail: list[str] = []  # what the command lacks: the step flag, a seed flag --help knows
+    tail: list[str] = []  # what the command lacks: the step flag, a seed flag the parser knows
     knobs: dict[str, dict] = {}
     baseline: dict[str, Any] = {}
     contract: dict[str, Any] = {}
-    from_help: set[str] = set()  # contract fields whose value is --help's default
+    from_help: set[str] = set()  # contract fields whose value is the parser's default
+    step_offset = 0
     mb, ga, gb = batch_flags(every)
     split = ga is not None
     product = mb.value * ga.value if split else gb.value if gb is not None else None
     knob_product = product * (cmd.nproc or 1) if split else product
-    left_out = one_knob_per_kind(every, given, knob_product, style, cpus)
+
+    def knob_of(flag: Flag) -> dict[str, Any] | None:
+        lever = levers.of_flag(flag)
+        if lever is not None and kind_of(flag.key) not in ("micro_batch", "grad_accum"):
+            return lever_knob(flag, lever, levers)
+        return draft_knob(flag, knob_product, style, cpus)
+
+    left_out = one_knob_per_kind(every, given, knob_of)
     _note_left_out(draft, every, left_out)
     for flag in every:
         field_name = contract_field_of(flag)
@@ -138,6 +165,7 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
         if field_name and field_name not in contract and (flag.name in given or _usable_default(field_name, flag)):
             contract[field_name] = flag.value
             placeholder = _step_placeholder(seen, draft) if field_name == "num_steps" else field_name
+            step_offset = 1 if placeholder == "last_step" else step_offset
             if flag.name in given:
                 template[flag.index] = in_place(flag, placeholder)
                 continue
@@ -145,7 +173,8 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
             if field_name in ("num_steps", "seed"):
                 tail += appended(flag, placeholder)
             continue
-        knob = None if flag.name in left_out else draft_knob(flag, knob_product, style, cpus)
+        lever = levers.of_flag(flag)
+        knob = None if flag.name in left_out or (lever is not None and not lever.offered) else knob_of(flag)
         if knob is None:
             if kind_of(flag.key) == "optimizer" and len(flag.choices or ()) > 1:
                 draft.notes.append(f"{flag.spelled} is not a knob: its values ({', '.join(map(str, flag.choices[:4]))}"
@@ -163,7 +192,8 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
                 knob["flag_style"] = "switch"
             knob["placeholder"] = True
         else:
-            draft.confirm[f"baseline.{kname}"] = "from --help, not the command: is this what the job runs today?"
+            draft.confirm[f"baseline.{kname}"] = (f"from {flag.origin}, not the command (passed at this value on "
+                                                  "every run): is this what the job runs today?")
         baseline[kname] = knob.pop("baseline")
         knobs[kname] = knob
     if "num_steps" not in contract and "num_tokens" not in contract:
@@ -176,15 +206,28 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
                            f"{gb.spelled} ({gb.value} sequences per step)")
     elif mb is not None:
         draft.notes.append(f"{mb.spelled} is not a knob: without an accumulation flag it changes the global batch.")
-    _threads_knob(cmd, knobs, baseline, cpus, default_threads)
-    if cmd.nproc is not None:
-        _nproc_knob(cmd, template, knobs, baseline, draft, cpus, split)
+    taken = {k.get("kind") for k in knobs.values()}
+    placed, inserted = launcher_knobs(cmd, levers, template, taken)
+    for kname, knob in {**placed, **env_knobs(cmd, levers, environ, taken)}.items():
+        baseline[kname] = knob.pop("baseline")
+        knobs[kname] = knob
+        if knob.get("kind") == "processes" and split:
+            _processes_in_product(draft, kname, baseline[kname])
+    if inserted:
+        template[cmd.entry_index:cmd.entry_index] = inserted
+    constraints, notes = coupling_constraints(knobs, baseline, levers)
+    draft.notes += notes + unoffered_notes(cmd, levers)
+    if constraints:
+        draft.data["constraints"] = constraints
     draft.data.update(name=name, workload_dir=".", repository="copy", command=template + tail, flag_style=style,
                       baseline=baseline)
-    if cmd.env:
-        draft.data["env"] = dict(cmd.env)
+    carried = {k["env"] for k in knobs.values() if k.get("env")}
+    env = {k: v for k, v in cmd.env.items() if k not in carried}
+    if env:
+        draft.data["env"] = env
     draft.data["knobs"] = knobs
-    return draft, CommandFacts(found=contract, from_help=frozenset(from_help), product=product)
+    return draft, CommandFacts(found=contract, from_help=frozenset(from_help), product=product,
+                               step_offset=step_offset)
 
 
 def batch_flags(flags: list[Flag]) -> tuple[Flag | None, Flag | None, Flag | None]:
@@ -246,33 +289,12 @@ def _step_placeholder(seen: Observed, draft: Draft) -> str:
     return "num_steps"
 
 
-def _threads_knob(cmd: ParsedCommand, knobs: dict, baseline: dict, cpus: int, default_threads: int | None) -> None:
-    """torch's intra-op threads through OMP_NUM_THREADS, where no knob of that kind exists:
-    its baseline is what the job runs today (the command's OMP_NUM_THREADS, else torch's
-    default), which the baseline never sets."""
-    if "threads" in {k.get("kind") for k in knobs.values()}:
-        return
-    typed = cmd.env.get("OMP_NUM_THREADS")
-    current = int(typed) if typed and typed.isdigit() else default_threads
-    if current is None:
-        return
-    knobs["omp_threads"] = {"values": sorted({current, *powers_of_two(cpus)}), "env": "OMP_NUM_THREADS",
-                            "kind": "threads", "description": "torch's intra-op threads, read at start-up"}
-    baseline["omp_threads"] = current
-
-
-def _nproc_knob(cmd: ParsedCommand, template: list[str], knobs: dict, baseline: dict, draft: Draft, cpus: int,
-                split: bool) -> None:
-    typed = cmd.argv[cmd.nproc_index]
-    template[cmd.nproc_index] = f"{typed.partition('=')[0]}={{nproc}}" if cmd.nproc_style == "equals" else "{nproc}"
-    knobs["nproc"] = {"values": sorted({cmd.nproc, *powers_of_two(cpus)}), "placeholder": True,
-                      "kind": "processes", "description": "processes the launcher starts"}
-    baseline["nproc"] = cmd.nproc
-    if split:
-        draft.data["fixed_products"][0]["knobs"].append("nproc")
-        draft.data["fixed_products"][0]["value"] *= cmd.nproc
-        draft.notes.append("CONFIRM fixed_products: micro-batch x accumulation x processes is the global batch "
-                           "in sequences (if your script splits the batch over processes itself, drop nproc)")
+def _processes_in_product(draft: Draft, name: str, value: int) -> None:
+    draft.data["fixed_products"][0]["knobs"].append(name)
+    draft.data["fixed_products"][0]["value"] *= value
+    draft.notes.append("CONFIRM fixed_products: micro-batch x accumulation x processes is the global batch "
+                       "in sequences (if your script splits the batch over processes itself, drop "
+                       f"{name})")
 
 
 def changes_numerics(name: str, knob: dict[str, Any]) -> bool:

@@ -12,12 +12,14 @@ command's own numbers and marks what only the user can know ``CONFIRM``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Mapping
 
 import tomlkit
 
@@ -28,22 +30,39 @@ from infrarsi.discover.draft import (
     Draft,
     batch_flags,
     Observed,
+    SplitComparison,
     contract_field_of,
     draft_command,
     typed_tokens_per_step,
 )
 from infrarsi.discover.command import Flag, ParsedCommand, help_flags, parse_command
+from infrarsi.discover.lever_knobs import Machine, levers_for
+from infrarsi.discover.levers import Family, JobFacts, families_of
+from infrarsi.discover.settings import argparse_defaults, python_settings, yaml_settings
 from infrarsi.discover.log_patterns import guess_patterns
 from infrarsi.core.errors import InfrarsiError
 
 
 def build_spec(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name: str, cpus: int,
-               default_threads: int | None = None) -> Draft:
-    """The spec dict for ``cmd``, with its CONFIRM comments and header notes."""
-    draft, facts = draft_command(cmd, known, seen, name=name, cpus=cpus, default_threads=default_threads)
+               default_threads: int | None = None, gpus: int = 0, environ: Mapping[str, str] | None = None,
+               families: tuple[Family, ...] | None = None, source: str = "") -> Draft:
+    """The spec dict for ``cmd``, with its CONFIRM comments and header notes. ``families``
+    default to those the command, ``known`` and ``seen`` show (``source``: the script's text)."""
+    machine = Machine(cpus=cpus, gpus=gpus, torch_threads=default_threads)
+    levers = levers_for(cmd, job_facts(cmd, known, seen, source), machine, families)
+    draft, facts = draft_command(cmd, known, seen, name=name, levers=levers, environ=environ or {})
     contract_and_metrics(draft, cmd, seen, facts)
-    draft.data["resources"] = {"cpus_per_trial": cpus}
+    draft.data["resources"] = {"cpus_per_trial": cpus, **({"gpus_per_trial": 1} if gpus else {})}
+    if levers.families:
+        draft.notes.insert(0, "trainer families (infrarsi/discover/levers/): "
+                           + ", ".join(f.family for f in levers.families))
     return draft
+
+
+def job_facts(cmd: ParsedCommand, known: list[Flag], seen: Observed, source: str) -> JobFacts:
+    return JobFacts(program=Path(cmd.argv[0]).name, launcher=cmd.launcher, module=cmd.module, script=cmd.script,
+                    help=frozenset(f.name for f in known if f.origin == "--help"), files_read=seen.files_read,
+                    source=source)
 
 
 def short_argv(cmd: ParsedCommand, known: list[Flag], steps: int, changes: dict[int, str] | None = None) -> list[str]:
@@ -94,35 +113,106 @@ def _observe(cmd: ParsedCommand, known: list[Flag], cwd: Path, env: dict[str, st
                             f"its last output:\n{run.output.strip()[-1500:]}\nfix the command first "
                             "(or pass --no-dry-run and write the spec's metrics by hand)")
     losses = _losses(run, patterns.step_pattern)
-    moved = None
+    split = None
     changes = _split(cmd)
     if changes and losses:
         other = _losses(dry_run(short_argv(cmd, known, DRY_RUN_STEPS, changes), cwd, env, timeout_s),
                         patterns.step_pattern)
-        if other:
-            moved = abs(other[0] - losses[0]) / max(abs(losses[0]), 1e-12)
+        split = compare_losses(losses, other)
     return Observed(patterns=patterns, num_losses=len(losses) if patterns.step_pattern else None,
                     first_loss=patterns.first_loss, fact_lines=patterns.fact_lines, files_read=run.files_read,
-                    split_moved=moved)
+                    split=split)
 
 
-def _losses(run: DryRun, pattern: str | None) -> list[float]:
+def _losses(run: DryRun, pattern: str | None) -> list[str]:
+    """The losses the run printed, as printed."""
     if not pattern:
         return []
-    return [float(m["loss"]) for line in run.output.splitlines() for m in [re.search(pattern, line)] if m]
+    return [m["loss"] for line in run.output.splitlines() for m in [re.search(pattern, line)] if m]
 
 
-def torch_threads(cmd: ParsedCommand, cwd: Path, env: dict[str, str]) -> int | None:
-    """torch's intra-op thread count in the job's own interpreter, where it is one process
-    and python runs it (torchrun sets its own per worker): None elsewhere or on failure."""
-    if not cmd.python_like or cmd.launcher != "python":
+def compare_losses(ours: list[str], theirs: list[str]) -> SplitComparison | None:
+    """Every step both runs printed, compared: the largest relative difference, and the
+    relative size of one last printed digit (a difference below it cannot be told from
+    rounding)."""
+    pairs = [(float(a), float(b), a) for a, b in zip(ours, theirs)]
+    if not pairs:
         return None
+    moved = [abs(b - a) / max(abs(a), 1e-12) for a, b, _ in pairs]
+    worst = max(range(len(moved)), key=moved.__getitem__)
+    resolution = max(_last_digit(text) / max(abs(a), 1e-12) for a, _, text in pairs)
+    return SplitComparison(moved=moved[worst], at_step=worst, num_compared=len(pairs), resolution=resolution)
+
+
+def _last_digit(printed: str) -> float:
+    """The value of one unit in the last digit of a printed number: 0.001 for '5.158', 1e-06
+    for '5.15e-03'... (0 where it is printed as an integer)."""
+    mantissa, _, exponent = printed.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 10.0 ** (-decimals + (int(exponent) if exponent.lstrip("+-").isdigit() else 0))
+
+
+def probe_machine(cmd: ParsedCommand, cwd: Path, env: dict[str, str]) -> tuple[int | None, int]:
+    """(torch's intra-op thread count, CUDA devices) in the job's own interpreter: the
+    command's python, or the interpreter a console script or launcher names in its first
+    line; (None, 0) where it cannot be asked."""
+    python = cmd.argv[0] if cmd.python_like else _interpreter(cmd.argv[0], cwd)
+    if python is None:
+        return None, 0
+    code = "import torch; print(torch.get_num_threads(), torch.cuda.device_count())"
     try:
-        out = subprocess.run([cmd.argv[0], "-c", "import torch; print(torch.get_num_threads())"], cwd=cwd, env=env,
-                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        out = subprocess.run([python, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
+        return None, 0
+    words = out.stdout.split()
+    if out.returncode != 0 or len(words) != 2 or not all(w.isdigit() for w in words):
+        return None, 0
+    return int(words[0]), int(words[1])
+
+
+def _interpreter(program: str, cwd: Path) -> str | None:
+    """The python a console script runs on (its ``#!`` line), if it is one."""
+    path = shutil.which(program) or (str(cwd / program) if (cwd / program).is_file() else None)
+    try:
+        first = Path(path).read_bytes()[:256].split(b"\n", 1)[0].decode() if path else ""
+    except (OSError, UnicodeDecodeError):
         return None
-    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and Path(words[0]).name == "env" and len(words) > 1:
+        words = words[1:]
+    return words[0] if words and re.fullmatch(r"python[\d.]*", Path(words[0]).name) else None
+
+
+def parser_flags(cmd: ParsedCommand, cwd: Path, help_known: list[Flag], families: tuple[Family, ...]) -> list[Flag]:
+    """The flags the job's parser knows: --help's, with defaults a plain argparse script's
+    source gives where its help shows none, and the settings its families read (a
+    configurator's module-level names, a YAML config's keys)."""
+    script = cwd / cmd.script if cmd.script else None
+    source_defaults = argparse_defaults(script) if script else {}
+    known = [f if f.value is not None or f.name not in source_defaults else
+             dataclasses.replace(f, value=source_defaults[f.name]) for f in help_known]
+    names = {f.name for f in known}
+    for family in families:
+        extra: list[Flag] = []
+        if family.settings.python and script is not None:
+            configs = [cwd / t for t in cmd.argv[(cmd.entry_index or 0) + 1:]
+                       if t.endswith(".py") and not t.startswith("-") and (cwd / t).is_file()]
+            extra = python_settings(script, configs)
+        if family.settings.config_flag:
+            given = next((f for f in cmd.flags if f.spelled == family.settings.config_flag), None)
+            if given is not None and (cwd / str(given.value)).is_file():
+                extra = yaml_settings(cwd / str(given.value))
+        known += [f for f in extra if f.name not in names]
+        names |= {f.name for f in extra}
+    return known
+
+
+def _source(cwd: Path, cmd: ParsedCommand) -> str:
+    try:
+        return (cwd / cmd.script).read_text(errors="replace") if cmd.script else ""
+    except OSError:
+        return ""
 
 
 def render_toml(draft: Draft, command: list[str]) -> str:
@@ -161,11 +251,19 @@ def init_spec(command: list[str], *, cwd: Path, out_path: Path, name: str | None
         raise InfrarsiError(f"{cmd.argv[0]!r} is not on PATH; activate the environment you launch the job from, "
                             "then run infrarsi init again")
     env = {**os.environ, **cmd.env}
-    known = help_flags(cmd, cwd, env)
+    source = _source(cwd, cmd)
+    help_known = help_flags(cmd, cwd, env)
+    families = families_of(job_facts(cmd, help_known, Observed(), source))
+    known = parser_flags(cmd, cwd, help_known, families)
     seen = _observe(cmd, known, cwd, env, dry_run_timeout_s) if run_job else Observed()
+    found = families_of(job_facts(cmd, help_known, seen, source))
+    if found != families:  # the dry run showed a family (a file it read): read its settings too
+        families, known = found, parser_flags(cmd, cwd, help_known, found)
+    threads, gpus = probe_machine(cmd, cwd, env)
     entry = Path(cmd.script).stem if cmd.script else "-".join(Path(t).stem for t in cmd.entry if t != "-m")
     draft = build_spec(cmd, known, seen, name=name or re.sub(r"[^A-Za-z0-9_.-]+", "-", entry).strip("-.") or "job",
-                       cpus=os.cpu_count() or 1, default_threads=torch_threads(cmd, cwd, env))
+                       cpus=os.cpu_count() or 1, default_threads=threads, gpus=gpus, environ=os.environ,
+                       families=families, source=source)
     draft.data["workload_dir"] = os.path.relpath(cwd, out_path.parent)
     out_path.write_text(render_toml(draft, command))
     return out_path

@@ -4,7 +4,7 @@ optimizer implementations of one algorithm, ...); one knob per kind."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from infrarsi.discover.command import Flag
 
@@ -90,23 +90,26 @@ def _candidates(flag: Flag, kind: str, cpus: int) -> tuple[list, dict]:
     return [], {}
 
 
-def one_knob_per_kind(flags: list[Flag], given: set[str], product: int | None, style: str,
-                       cpus: int) -> dict[str, Flag]:
+def one_knob_per_kind(flags: list[Flag], given: set[str], knob_of: Callable[[Flag], dict | None]
+                      ) -> dict[str, Flag]:
     """Flags left out so that each kind has one knob: name -> the flag kept for its kind.
 
     Two knobs of one kind can select settings that exclude each other (``--bf16 True
     --fp16 True``, which the Hugging Face Trainer rejects) or be aliases of one setting
     (``--gradient_checkpointing`` and ``--activation_checkpointing``). The knob kept is a
-    switch the command turns on, else the first of the command's flags then ``--help``'s,
-    with fp16 last: CPUs run it poorly if at all, and bf16 covers the same question."""
+    switch the command turns on, else the first of the command's flags then the parser's,
+    with fp16 last: CPUs run it poorly if at all, and bf16 covers the same question.
+    ``knob_of`` says whether a flag would be a knob at all."""
     groups: dict[str, list[Flag]] = {}
     for flag in flags:
-        kind = kind_of(flag.key)
-        if kind not in (None, "micro_batch", "grad_accum") and draft_knob(flag, product, style, cpus) is not None:
+        knob = knob_of(flag)
+        kind = knob.get("kind") if knob else None
+        if kind not in (None, "micro_batch", "grad_accum", "other"):
             groups.setdefault(kind, []).append(flag)
     left_out: dict[str, Flag] = {}
     for group in groups.values():
-        keep = min(group, key=lambda f: (not (f.name in given and f.value is True), f.key == "fp16"))
+        keep = min(group, key=lambda f: (not (f.name in given and f.value is True), f.name not in given,
+                                         f.key == "fp16"))
         left_out.update({f.name: keep for f in group if f is not keep})
     return left_out
 

@@ -6,11 +6,11 @@ token and in order: each ``{placeholder}`` takes a contract value (``{num_steps}
 length is counted in tokens, ``{seq_len}``, ``{seed}``, ...) or a
 placeholder knob's value where the typed value stood; a placeholder switch knob written as
 the lone token ``{name}`` is its flag when on and nothing when off. A knob that is not in
-the command reaches the job only where a config sets it to something other than the
-baseline's value: a flag appended in its style (``--k v``, ``--k=v`` / ``k=v``, or a bare
-``--k`` switch) or an environment variable. So the baseline renders exactly the command,
-and a trial differs from it only by the knobs it changes. Values are argv entries or
-environment values, never spliced into a shell string.
+the command reaches the job at every config's value, the baseline's included: a flag
+appended in its style (``--k v``, ``--k=v`` / ``k=v``, or a bare ``--k`` switch, nothing
+when off) or an environment variable. So the baseline runs what the spec says it runs,
+never the job's own default in its place, and a trial differs from it only by the knobs it
+changes. Values are argv entries or environment values, never spliced into a shell string.
 """
 
 from __future__ import annotations
@@ -59,8 +59,6 @@ def render_command(spec: "CampaignSpec", space: KnobSpace, config: Config, *, se
         if knob.placeholder or (knob.flag is None and knob.env is None):
             continue  # in the command already, or read by the backend (a patch, a simulated knob)
         value = config[knob.name]
-        if value == spec.baseline.get(knob.name, value):
-            continue
         if knob.flag is not None:
             argv += flag_args(knob, value)
         elif knob.env is not None:
