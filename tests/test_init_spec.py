@@ -15,6 +15,7 @@ from infrarsi.discover.log_patterns import guess_patterns
 from infrarsi.cli.main import main
 from infrarsi.contract.spec_load import load_spec
 from infrarsi.core.errors import InfrarsiError
+from infrarsi.harness.command import render_command
 
 ROOT = Path(__file__).resolve().parents[1]
 NANOGPT = ROOT / "examples" / "nanogpt_style"
@@ -238,3 +239,50 @@ def test_the_written_spec_reads_back_as_the_draft_with_confirm_on_its_keys():
             key, why = line.split(" = ", 1)[0], line.split("  # CONFIRM: ", 1)[1]
             confirmed[f"{table}.{key}" if table else key] = why
     assert confirmed == draft.confirm and "baseline.bf16" in confirmed
+
+
+ACCUMULATE = ROOT / "tests" / "jobs" / "accumulate"
+
+
+def test_init_reads_the_pinned_threads_the_printed_losses_and_the_run_length(tmp_path, monkeypatch):
+    """An accumulate-then-step trainer whose first printed loss is the same under every split
+    (its data opens with a constant stretch) and whose printed loss is the last micro-batch's,
+    typed with an env prefix that pins one thread: the thread count is a knob whose baseline
+    is the pinned 1, the loss signal is read from every printed loss (window), the job's
+    length is the typed one, and the baseline renders the typed command."""
+    folder = shutil.copytree(ACCUMULATE, tmp_path / "job")
+    monkeypatch.chdir(folder)
+    typed = ["env", "OMP_NUM_THREADS=1", "python", "train.py", "config/base.py", "--batch_size=12",
+             "--gradient_accumulation_steps=4", "--max_iters=40"]
+    assert main(["init", "--", *typed]) == 0
+    text = (folder / "campaign.toml").read_text()
+    made = tomllib.loads(text)
+    threads = made["knobs"]["omp_threads"]
+    assert made["baseline"]["omp_threads"] == 1 and max(threads["values"]) > 1 and threads["env"] == "OMP_NUM_THREADS"
+    assert made["contract"]["loss_signal"] == "window" and "of the 4 both dry runs printed" in text
+    assert made["objective"]["job_steps"] == 41 and "loop runs 0..N inclusive" in text
+    assert made["contract"]["seq_len"] == 32  # config/base.py's block_size, read as the configurator reads it
+    assert made["reproduce"]["command"] == typed
+    spec = load_spec(folder / "campaign.toml")
+    at_typed = spec.model_copy(update={"contract": spec.contract.model_copy(update={"num_steps": 41})})
+    argv, env = render_command(at_typed, at_typed.space, at_typed.space.validate(at_typed.baseline))
+    assert list(argv) == typed[2:] and env == {"OMP_NUM_THREADS": "1"}
+
+
+def test_a_plain_argparse_scripts_seed_and_sequence_length_are_read_from_its_source(tmp_path, monkeypatch):
+    """argparse's default help lists --seed and --block_size without their defaults; the
+    script's own source has them, so the spec adds the seed at its default (canary seeds reach
+    the job) and states the sequence length, and no knob is left without a baseline."""
+    (tmp_path / "train.py").write_text(
+        "import argparse\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--seed', type=int, default=1337)\np.add_argument('--block_size', type=int, default=128)\n"
+        "p.add_argument('--batch_size', type=int, default=8)\n"
+        "p.add_argument('--gradient_accumulation_steps', type=int, default=2)\n"
+        "p.add_argument('--steps', type=int, default=5 * 100)\np.add_argument('--compile', action='store_true')\n"
+        "args = p.parse_args()\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "--no-dry-run", "--", "python", "train.py", "--steps", "1000"]) == 0
+    made = tomllib.loads((tmp_path / "campaign.toml").read_text())
+    assert made["contract"]["seed"] == 1337 and made["contract"]["seq_len"] == 128
+    assert made["command"][-2:] == ["--seed", "{seed}"] and made["objective"]["job_steps"] == 1000
+    assert made["fixed_products"][0]["value"] == 16 and made["baseline"]["compile"] is False

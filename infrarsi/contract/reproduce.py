@@ -49,6 +49,8 @@ def differences(spec: CampaignSpec, run: TrialResult) -> list[str]:
 def explain(spec: CampaignSpec, rendered: tuple[str, ...], problems: list[str]) -> str:
     """One paragraph: what differs, and where the rendered command departs from the typed one."""
     typed = list(spec.reproduce.command) if spec.reproduce else []
+    if typed and typed[0].rsplit("/", 1)[-1] == "env":  # `env NAME=value ... cmd`
+        typed.pop(0)
     while typed and re.fullmatch(r"[A-Za-z_]\w*=.*", typed[0]):  # the environment prefix
         typed.pop(0)
     moved = []

@@ -203,14 +203,23 @@ def help_flags(command: ParsedCommand, cwd: Path, env: dict[str, str], timeout_s
         return []
     if out.returncode != 0:
         return []
+    return parse_help(out.stdout)
+
+
+def parse_help(text: str) -> list[Flag]:
+    """The flags a ``--help`` text lists, with the default and choices it shows for each
+    (argparse's and jsonargparse's layout, and tyro's, whose groups are drawn in boxes)."""
+    text = "\n".join(re.sub(r"\s*│\s*$", "", re.sub(r"^│ ", "  ", line)) for line in text.splitlines())
     found: dict[str, Flag] = {}
     for m in re.finditer(r"^\s{1,8}(?:-\w, )?(--[\w.-]+)(?:[ =]([A-Z_{}\[\],\w.-]+))?(.*(?:\n\s{12,}.*)*)",
-                         out.stdout, re.M):
-        spelled, metavar, text = m.group(1), m.group(2), m.group(3)
-        default = re.search(r"default:\s*([^),]*)\)?|defaults? to `?([^`\s.,)]+)", text)
+                         text, re.M):
+        spelled, metavar, text_after = m.group(1), m.group(2), m.group(3)
+        default = re.search(r"default:\s*([^),]*)\)?|defaults? to `?([^`\s.,)]+)", text_after)
         raw = (default.group(1) or default.group(2) or "").strip() if default else None
         value = None if raw in (None, "", "None", "null") else literal(raw)
         style = "switch" if metavar is None else "separate"
+        if style == "switch" and value is None and not _key(spelled).startswith("no_"):
+            value = False  # argparse's store_true: off unless typed
         choices = [literal(c) for c in metavar[1:-1].split(",")] if metavar and metavar.startswith("{") else None
         if spelled != "--help" and _key(spelled) not in found:
             found[_key(spelled)] = Flag(_key(spelled), spelled, value, style, choices, origin="--help")

@@ -57,7 +57,8 @@ def contract_and_metrics(draft: Draft, cmd: ParsedCommand, seen: Observed, facts
         draft.data["calibration"] = calibration
     if seen.first_loss is not None or seen.fact_lines:
         draft.data["reproduce"] = {k: v for k, v in {
-            "command": [*(f"{k}={v}" for k, v in cmd.env.items()), *cmd.argv], "first_loss": seen.first_loss,
+            "command": cmd.typed or [*(f"{k}={v}" for k, v in cmd.env.items()), *cmd.argv],
+            "first_loss": seen.first_loss,
             "tokens_per_step": line.tokens if line else None, "lines": list(seen.fact_lines)}.items()
             if v not in (None, [])}
     draft.data["device"] = {"memory_capacity": "8GiB"}

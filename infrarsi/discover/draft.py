@@ -29,7 +29,7 @@ from infrarsi.contract.numerics import CHANGES, default_numerics
 
 CONTRACT_NAMES = {
     "num_steps": ("max_iters", "max_steps", "steps", "num_steps", "iters", "train_steps", "total_steps",
-                  "max_iterations", "max_steps_per_epoch"),
+                  "max_iterations", "max_steps_per_epoch", "train_iters"),
     "num_tokens": ("max_tokens",),  # a job that counts its length in tokens (litgpt pretrain)
     "seq_len": ("block_size", "seq_len", "seq_length", "max_seq_length", "max_seq_len", "context_length",
                 "sequence_length", "max_length"),

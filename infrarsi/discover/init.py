@@ -54,8 +54,9 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name: s
     contract_and_metrics(draft, cmd, seen, facts)
     draft.data["resources"] = {"cpus_per_trial": cpus, **({"gpus_per_trial": 1} if gpus else {})}
     if levers.families:
-        draft.notes.insert(0, "trainer families (infrarsi/discover/levers/): "
-                           + ", ".join(f.family for f in levers.families))
+        draft.notes[:0] = ["trainer families (infrarsi/discover/levers/): "
+                           + ", ".join(f.family for f in levers.families),
+                           *(f.note for f in levers.families if f.note)]
     return draft
 
 

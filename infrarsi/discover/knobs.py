@@ -121,7 +121,8 @@ def draft_knob(flag: Flag, product: int | None, style: str, cpus: int) -> dict[s
     if kind in ("micro_batch", "grad_accum"):
         if product is None:
             return None
-        values = [m for m in powers_of_two(product) if product % m == 0]
+        # powers of two that divide the product, and the product itself (no accumulation)
+        values = [m for m in powers_of_two(product) if product % m == 0] + [product]
         if kind == "grad_accum":
             values = sorted({product // m for m in values})
         values, levels = list(dict.fromkeys([flag.value, *values])), {}

@@ -10,6 +10,7 @@ out: the search must start from the job as it is.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -81,8 +82,11 @@ def defaulted_flags(levers: Levers, known: set[str], style: str) -> list[Flag]:
 def lever_knob(flag: Flag, lever: Lever, levers: Levers) -> dict[str, Any] | None:
     """The knob table (with its ``baseline``) for an entry flag that is a catalog lever, or
     None where it cannot be one here: no known value, or fewer than two candidates."""
-    if flag.value is None or not levers.applies(lever):
+    value = flag.value if flag.value is not None else lever.default
+    if value is None or value == "torch" or not levers.applies(lever) or (
+            lever.only_typed and flag.origin != "the command"):
         return None
+    flag = dataclasses.replace(flag, value=value)
     values = candidate_values(lever, cpus=levers.machine.cpus, devices=levers.max_processes)
     if flag.choices:
         values = [v for v in values if v in flag.choices]

@@ -104,6 +104,7 @@ class Coupling(_Model):
 class Family(_Model):
     family: str
     title: str
+    note: str = Field(default="", description="what a spec of this family must say to its reader")
     sets_env: dict[str, Scalar] = Field(default={}, description="variables this launcher sets in its "
                                         "processes where the environment leaves them unset and it starts more "
                                         "than one")
