@@ -30,9 +30,11 @@ def test_lines_become_the_protocols_events():
     assert adapter.feed("initializing") == []
     assert adapter.feed("tokens per iteration will be: 12,288") == [
         {"event": "start", "tokens_per_step": 12288, "tokens_source": "log"}]
+    # each loss carries the unit of the last digit it was printed with: the contract compares no finer
     assert adapter.feed("iter 0: loss 4.2000, time 31.2ms") == [
-        {"event": "step", "step": 0, "loss": 4.2, "tokens": 12288}]
-    assert adapter.feed("step 0: train loss 4.2, val loss 4.3000") == [{"event": "eval", "step": 0, "eval_loss": 4.3}]
+        {"event": "step", "step": 0, "loss": 4.2, "loss_quantum": pytest.approx(1e-4), "tokens": 12288}]
+    assert adapter.feed("step 0: train loss 4.2, val loss 4.3000") == [
+        {"event": "eval", "step": 0, "eval_loss": 4.3, "eval_loss_quantum": pytest.approx(1e-4)}]
 
 
 def test_without_a_step_group_each_match_is_the_next_step_and_a_declared_constant_gives_tokens():

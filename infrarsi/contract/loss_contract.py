@@ -5,11 +5,15 @@ A config is compared with the reference run in its own numerics class
 the near-exact tolerance of repeated baseline runs and honest splits; a config in another
 class (e.g. ``precision=bf16``) with a baseline run in that class, at the tolerance its
 own honest split showed. The signal compared (per-step loss, a moving mean, or the job's
-eval loss) is the spec's ``contract.loss_signal``.
+eval loss) is the spec's ``contract.loss_signal``. Where the job prints its losses rounded,
+the contract knows the unit of the last digit printed (``loss_quantum``) and compares no
+finer (``infrarsi.contract.loss_reference``).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -43,6 +47,26 @@ class LossContract(Record):
     # The honest splits doctor ran in the baseline's numerics (calibration variants that
     # keep them): at a canary seed they measure that seed's own honest spread.
     splits: tuple[Mapping[str, Value], ...] = ()
+    # One unit of the last digit the job printed its losses (eval losses) with; 0: full precision.
+    loss_quantum: float = 0.0
+    eval_loss_quantum: float = 0.0
+
+    @property
+    def quantum(self) -> float:
+        """The printed unit of the values the signal compares."""
+        return self.eval_loss_quantum if self.signal == "eval" else self.loss_quantum
+
+    def resolution(self) -> str:
+        """What the printed precision hides, in one sentence ("" at full precision)."""
+        values = self.classes[0].eval_losses if self.signal == "eval" else self.classes[0].losses
+        if not self.quantum or not values:
+            return ""
+        typical = statistics.median(abs(v) for v in values)
+        digits = math.floor(math.log10(typical)) - round(math.log10(self.quantum)) + 1 if typical > 0 else 1
+        what = "eval loss" if self.signal == "eval" else "loss"
+        return (f"the job prints its {what} to {digits} significant digits: a change smaller than "
+                f"{self.quantum / typical:.2g} of the {what} ({self.quantum / typical:.3%}) a step cannot be seen by "
+                "the contract")
 
     @property
     def tolerance(self) -> float:
@@ -62,7 +86,7 @@ class LossContract(Record):
         ref = self.reference_of(cls)
         assert ref is not None, f"no class {cls} in the loss contract"
         return LossReference(losses=tuple(losses), eval_losses=tuple(eval_losses), tolerance=ref.tolerance,
-                             name=name, signal=self.signal, window=self.window)
+                             name=name, signal=self.signal, window=self.window, quantum=self.quantum)
 
     def reference_config(self, cls: NumericsClass) -> Config:
         return class_config(self.baseline, cls)

@@ -1,9 +1,19 @@
 """How one loss trajectory is compared with another: the signal compared (per step, a
 moving window, the eval losses), the relative deviation's mean and trend, and the
-tolerance a run of one numerics class is held to."""
+tolerance a run of one numerics class is held to.
+
+A job that prints its loss rounded (a Trainer's four significant digits, nanoGPT's four
+decimals) cannot show a change smaller than one unit of its last digit: two runs whose true
+losses differ by far less still print values one unit apart where the rounding falls
+between them. So each point's relative deviation is shrunk toward zero by one such unit
+(``quantum``) before the trajectory's mean and trend are taken: a one-digit flip is no
+deviation, a sustained shift larger than a digit still is, and one smaller than a digit
+cannot be seen at all (``LossContract.resolution`` says how small that is).
+"""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
@@ -62,11 +72,12 @@ class LossReference:
     eval_losses: tuple[float, ...] = ()
     signal: str = "step"  # one of SIGNALS
     window: int = 1  # steps per moving mean (signal "window")
+    quantum: float = 0.0  # one unit of the last digit the compared values are printed with (0: full precision)
 
     def compare(self, losses: Sequence[float], eval_losses: Sequence[float] = ()) -> Deviation:
         ref = signal_points(self.losses, self.eval_losses, self.signal, self.window)
         got = signal_points(losses, eval_losses, self.signal, self.window)
-        return Deviation.of([(g - r) / max(abs(r), 1e-12) for r, g in zip(ref, got)])
+        return Deviation.of([beyond_rounding(g - r, r, self.quantum) for r, g in zip(ref, got)])
 
     def deviation(self, losses: Sequence[float]) -> tuple[float, int]:
         """Largest signed relative per-step deviation from the reference and its step."""
@@ -90,6 +101,14 @@ class LossReference:
         side = "below" if dev.signed < 0 else "above"
         return [f"{what} is {pct(dev.score)} {side} {self.name} over the trajectory (mean {pct(dev.mean, '+')}, "
                 f"trend at the last point {pct(dev.trend_end, '+')}; tolerance {pct(self.tolerance)})"]
+
+
+def beyond_rounding(difference: float, reference: float, quantum: float) -> float:
+    """The relative deviation ``difference / reference`` less what rounding to ``quantum``
+    can make of no difference at all (one unit: two printed values each within half a unit
+    of the true ones), toward zero."""
+    scale = max(abs(reference), 1e-12)
+    return math.copysign(max(0.0, abs(difference) - quantum) / scale, difference)
 
 
 def pct(x: float, sign: str = "") -> str:

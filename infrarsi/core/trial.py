@@ -75,6 +75,9 @@ class TrialResult(Record):
     ``eval_losses`` are the job's evaluation losses in the order reported. ``startup_s`` is
     what the trial cost before its steps ran at their steady pace: the time from launch to
     the last warm-up step, less the warm-up steps at the measured median step time.
+    ``loss_quantum`` (``eval_loss_quantum``) is one unit of the last digit the job printed
+    its losses (eval losses) with, the largest over the run: None where it reported them at
+    full precision (the Reporter, a framework callback).
     """
 
     trial_id: str
@@ -85,6 +88,8 @@ class TrialResult(Record):
     step_times_s: tuple[float, ...] = ()
     losses: tuple[float, ...] = ()
     eval_losses: tuple[float, ...] = ()
+    loss_quantum: float | None = None
+    eval_loss_quantum: float | None = None
     peak_memory_bytes: int | None = None
     host_peak_rss_bytes: int | None = None
     memory_capacity_bytes: int | None = None

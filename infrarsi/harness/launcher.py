@@ -331,6 +331,9 @@ def _classify(req: TrialRequest, base: dict, w: _Watch, memory: _Memory, out: Jo
         extra["memory_note"] = memory.note
     base.update(peak_memory_bytes=peak or None, extra=extra, host_peak_rss_bytes=w.peak_rss_bytes or None,
                 losses=tuple(float(e["loss"]) for e, _ in steps if "loss" in e),
+                loss_quantum=printed_unit([e.get("loss_quantum") for e, _ in steps]),
+                eval_loss_quantum=printed_unit([e.get("eval_loss_quantum") for e in recorded.events
+                                                if e.get("event") == "eval"]),
                 eval_losses=tuple(float(e["eval_loss"]) for e in recorded.events
                                   if e.get("event") == "eval" and "eval_loss" in e))
 
@@ -389,3 +392,11 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
 def _median_phases(events: list[dict]) -> dict[str, float]:
     keys = {k for e in events for k in (e.get("phases") or {})}
     return {k: statistics.median(float((e.get("phases") or {}).get(k, 0.0)) for e in events) for k in sorted(keys)}
+
+
+def printed_unit(units: list[float | None]) -> float | None:
+    """The unit of the last digit a run printed its losses with: the median over its lines
+    (a format that drops trailing zeros prints '5.15' for 5.150 now and then), None where
+    it reported them at full precision."""
+    found = [u for u in units if u is not None]
+    return statistics.median(found) if found else None

@@ -60,7 +60,8 @@ class LogAdapter:
         if m:
             events.append(self._step_event(m, line))
         elif self._eval is not None and (m := self._eval.search(line)):
-            event: dict[str, Any] = {"event": "eval", "eval_loss": _float(m, "eval_loss", "metrics.eval_pattern", line)}
+            event: dict[str, Any] = {"event": "eval", "eval_loss": _float(m, "eval_loss", "metrics.eval_pattern", line),
+                                     "eval_loss_quantum": printed_quantum(_text(m, "eval_loss"))}
             event["step"] = (_int(m, "step", "metrics.eval_pattern", line) if m.groupdict().get("step") is not None
                              else self.num_steps)
             events.append(event)
@@ -71,7 +72,8 @@ class LogAdapter:
         groups = m.groupdict()
         self.num_steps += 1
         step = _int(m, "step", where, line) if groups.get("step") is not None else self.num_steps
-        event: dict[str, Any] = {"event": "step", "step": step, "loss": _float(m, "loss", where, line)}
+        event: dict[str, Any] = {"event": "step", "step": step, "loss": _float(m, "loss", where, line),
+                                 "loss_quantum": printed_quantum(_text(m, "loss"))}
         if groups.get("tokens") is not None:
             event["tokens"] = _int(m, "tokens", where, line)
         elif self._tokens is not None:
@@ -90,6 +92,15 @@ class LogAdapter:
         return (f"metrics.step_pattern {self.spec.step_pattern!r} matched none of the {self.num_lines} lines the "
                 f"job wrote to {stream_name} ({stream}); fix the pattern (it is searched in each line, "
                 f"Python re syntax) or the stream. The job's last lines were:\n{shown}")
+
+
+def printed_quantum(printed: str) -> float:
+    """One unit of the last digit a number was printed with: 0.001 for '5.158', 1e-05 for
+    '5.15e-03', 1.0 for '5'. A loss printed so cannot show a change smaller than this."""
+    mantissa, _, exponent = printed.strip().lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    shift = int(exponent) if exponent.lstrip("+-").isdigit() else 0
+    return 10.0 ** (shift - decimals)
 
 
 def _text(m: re.Match, group: str) -> str:

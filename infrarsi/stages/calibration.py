@@ -57,10 +57,11 @@ SPLIT_CLAIM_LIMIT = 0.01
 MAX_CLASSES = 8  # numerics classes doctor measures a reference for
 
 
-def loss_score(ref: TrialResult, run: TrialResult, signal: str, window: int) -> float:
-    """How far ``run``'s losses lie from ``ref``'s on the contract's signal (0: identical)."""
+def loss_score(ref: TrialResult, run: TrialResult, signal: str, window: int, quantum: float = 0.0) -> float:
+    """How far ``run``'s losses lie from ``ref``'s on the contract's signal (0: identical, or
+    apart by no more than the printed unit ``quantum``)."""
     reference = LossReference(losses=ref.losses, eval_losses=ref.eval_losses, tolerance=float("inf"),
-                              signal=signal, window=window)
+                              signal=signal, window=window, quantum=quantum)
     return reference.compare(run.losses, run.eval_losses).score
 
 
@@ -86,7 +87,9 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
         raise ContractError("contract.loss_signal = \"eval\" but the baseline reported no eval losses; make the "
                             "job report `eval` events (eval_loss), or choose loss_signal \"step\" or \"window\"")
     legacy = LossReference(losses=base.losses, tolerance=float("inf"))
-    scores = [loss_score(base, r, signal, window) for r in runs]
+    printed = printed_units(runs)
+    quantum = printed[1] if signal == "eval" else printed[0]
+    scores = [loss_score(base, r, signal, window, quantum) for r in runs]
     rows: list[dict[str, Any]] = [{"config": "baseline repeats", "class": describe(()),
                                    "deviation": max(abs(legacy.deviation(r.losses)[0]) for r in runs),
                                    "score": max(scores)}]
@@ -102,7 +105,7 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
             warnings = _check_claim(signal, window, splits)
         r = _run(rt, cfg)
         ok = r.outcome is Outcome.OK
-        score = loss_score(base, r, signal, window) if ok else None
+        score = loss_score(base, r, signal, window, quantum) if ok else None
         rows.append({"config": variant, "class": describe(cls), "outcome": r.outcome.value, "trial_id": r.trial_id,
                      "deviation": legacy.deviation(r.losses)[0] if ok else None, "score": score})
         if ok and not cls:
@@ -114,13 +117,22 @@ def calibrate_loss(rt: CampaignRuntime, runs: list[TrialResult], recorded: dict[
     classes = [ClassReference(settings=(), losses=base.losses, eval_losses=base.eval_losses, tolerance=keeps_tol,
                               trial_ids=tuple(r.trial_id for r in runs), honest_score=max(scores + [s for _, s in splits]))]
     for cls in _classes(rt, baseline, knobs):
-        ref, row_list = _class_reference(rt, _run, cls, base, class_runs.get(cls), [v for v, _ in splits], keeps_tol)
+        ref, row_list = _class_reference(rt, _run, cls, base, class_runs.get(cls), [v for v, _ in splits], keeps_tol,
+                                          quantum)
         classes.append(ref)
         rows += row_list
     if contract.loss_tolerance is not None:
         classes = [dataclasses.replace(c, tolerance=contract.loss_tolerance) for c in classes]
     return LossContract(signal=signal, window=window, baseline=baseline, changing_knobs=knobs,
-                        classes=tuple(classes), warnings=tuple(warnings), splits=tuple(v for v, _ in splits)), rows
+                        classes=tuple(classes), warnings=tuple(warnings), splits=tuple(v for v, _ in splits),
+                        loss_quantum=printed[0], eval_loss_quantum=printed[1]), rows
+
+
+def printed_units(runs: Sequence[TrialResult]) -> tuple[float, float]:
+    """(loss, eval loss): the largest unit of the last digit the baseline runs printed, 0
+    where the job reports at full precision."""
+    return (max((r.loss_quantum or 0.0 for r in runs), default=0.0),
+            max((r.eval_loss_quantum or 0.0 for r in runs), default=0.0))
 
 
 def _classes(rt: CampaignRuntime, baseline: Config, knobs: tuple[str, ...]) -> list[NumericsClass]:
@@ -135,14 +147,14 @@ def _classes(rt: CampaignRuntime, baseline: Config, knobs: tuple[str, ...]) -> l
 
 def _class_reference(rt: CampaignRuntime, run: Callable[[CampaignRuntime, Config], TrialResult], cls: NumericsClass,
                      base: TrialResult, ref: TrialResult | None, split_variants: list[dict],
-                     keeps_tol: float) -> tuple[ClassReference, list[dict[str, Any]]]:
+                     keeps_tol: float, quantum: float) -> tuple[ClassReference, list[dict[str, Any]]]:
     """Class ``cls``'s reference run (reused from the calibration variants where one is
     it) and its tolerance, from the honest splits run in the same numerics."""
     signal, window = rt.spec.contract.loss_signal, rt.spec.contract.loss_window
     cfg = class_config(rt.space.validate(rt.spec.baseline), cls)
     reused, ref = ref is not None, ref or run(rt, cfg)
     ok = ref.outcome is Outcome.OK
-    scores = [loss_score(base, ref, signal, window)] if ok else []
+    scores = [loss_score(base, ref, signal, window, quantum)] if ok else []
     rows = [] if reused else [{"config": dict(cls), "class": describe(cls), "outcome": ref.outcome.value,
                                "trial_id": ref.trial_id, "deviation": None, "score": scores[0] if ok else None,
                                "role": "class reference"}]
@@ -155,7 +167,7 @@ def _class_reference(rt: CampaignRuntime, run: Callable[[CampaignRuntime, Config
         if not rt.space.is_feasible(split_cfg):
             continue
         split = run(rt, split_cfg)
-        score = loss_score(ref, split, signal, window) if split.outcome is Outcome.OK else None
+        score = loss_score(ref, split, signal, window, quantum) if split.outcome is Outcome.OK else None
         rows.append({"config": {**dict(cls), **variant}, "class": describe(cls), "outcome": split.outcome.value,
                      "trial_id": split.trial_id, "deviation": None, "score": score, "role": "honest split in class"})
         trial_ids.append(split.trial_id)

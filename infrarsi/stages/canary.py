@@ -53,7 +53,8 @@ def canary_loss_check(contract: ContractSpec, loss_contract: LossContract, basel
                 r = run_split(cfg)  # None where the split is infeasible in this class
                 ids += [r.trial_id] if r else []
                 if r and r.outcome is Outcome.OK:
-                    found.append(loss_score(ref_run, r, loss_contract.signal, loss_contract.window))
+                    found.append(loss_score(ref_run, r, loss_contract.signal, loss_contract.window,
+                                            loss_contract.quantum))
             spread[cls] = max(found, default=0.0), ids
         return spread[cls]
 

@@ -84,9 +84,13 @@ def _calibrate(rt: CampaignRuntime, runs: list[TrialResult]) -> tuple[float, str
     if rt.spec.contract.loss_tolerance is not None:
         return rt.spec.contract.loss_tolerance, "spec", rows, loss_contract
     warnings = "".join(f"; warning: {w}" for w in loss_contract.warnings)
+    resolution = loss_contract.resolution()
+    if resolution:
+        rt.cdir.add_warning("doctor", resolution)
     source = (f"calibrated: {TOLERANCE_MARGIN:g} x the largest honest {loss_contract.signal} deviation in the "
               f"baseline's numerics, at least {rt.spec.contract.min_loss_tolerance:g}; numerics-changing configs "
-              f"are held to their own class's reference (loss_contract){warnings}")
+              f"are held to their own class's reference (loss_contract)"
+              f"{f'; {resolution}, and one unit of its last digit is no deviation' if resolution else ''}{warnings}")
     return loss_contract.tolerance, source, rows, loss_contract
 
 
