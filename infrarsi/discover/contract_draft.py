@@ -187,13 +187,18 @@ def _calibration(draft: Draft) -> list[dict[str, Any]]:
         splits = [{mb: m, ga: fp["value"] // rest // m} for m in knobs[mb]["values"]
                   if (fp["value"] // rest) % m == 0 and fp["value"] // rest // m in knobs[ga]["values"]
                   and m != baseline[mb]]
-        out += splits[:1] + splits[1:][-1:]  # the smallest micro-batch and the largest
+        # The smallest micro-batch and the largest bound how far reordering moves a loss the
+        # job prints for the whole batch; a micro-batch's loss (window) moves with what each
+        # split happens to draw, so every split calibrates it.
+        window = draft.data["contract"].get("loss_signal") == "window"
+        out += splits if window else splits[:1] + splits[1:][-1:]
     for name, knob in knobs.items():
         if changes_numerics(name, knob):
             other = next((v for v in knob["values"] if v != baseline[name]), None)
             if other is not None:
                 out.append({name: other})
     if out:
-        draft.notes.append("calibration: the extreme splits of the global batch and each precision's other value "
+        which = ("every split" if draft.data["contract"].get("loss_signal") == "window" else "the extreme splits")
+        draft.notes.append(f"calibration: {which} of the global batch and each precision's other value "
                            "calibrate the loss tolerance (docs/loss-contract.md)")
     return out

@@ -136,10 +136,17 @@ def tainted_patches(trials: Sequence[TrialResult]) -> set[str]:
 
 
 def must_pay(rt: CampaignRuntime) -> set[str]:
-    """Knobs whose change the user carries at a cost besides time: those that change the
-    numerics (``infrarsi.contract.numerics``: the job computes other numbers) and code patches
-    (code to keep). Each is promoted only where shown to pay at least the margin."""
-    return {*changing_knobs(rt.spec.knobs), *(n for n in rt.space.names if n.startswith(PATCH_KNOB_PREFIX))}
+    """Knobs whose change the user carries at a cost besides step time: those that change
+    the numerics (``infrarsi.contract.numerics``: the job computes other numbers), code
+    patches (code to keep) and, where the spec declares the job's length, compile knobs (a
+    start-up paid on every run of the job, measured here with the compile cache the
+    campaign's own trials warmed). Each is promoted only where shown to pay at least the
+    margin."""
+    objective = rt.spec.objective
+    startup = ({n for n, k in rt.spec.knobs.items() if (k.kind or n) == "compile"}
+               if objective.job_steps is not None or objective.job_hours is not None else set())
+    return {*changing_knobs(rt.spec.knobs), *(n for n in rt.space.names if n.startswith(PATCH_KNOB_PREFIX)),
+            *startup}
 
 
 def _finalists(rt: CampaignRuntime, model: Any, candidates: list[TrialResult], history: Sequence[TrialResult],

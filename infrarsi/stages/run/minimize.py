@@ -19,9 +19,10 @@ dropped only on one of these grounds (``Ground``):
   shared;
 - *costs*: that bound lies below 1;
 - *inert*: doctor's calibration ran it alone and saw the losses and the speed unmoved;
-- *not shown to pay*: a change the user carries at a cost besides time (one that changes
-  the numerics, a code patch) stays only where shown to pay at least the margin (a
-  measured interval above 1 but not above 1 + the margin does not keep it).
+- *not shown to pay*: a change the user carries at a cost besides step time (one that
+  changes the numerics, a code patch, a compile whose start-up the declared job pays on
+  every run) stays only where shown to pay at least the margin (a measured interval above
+  1 but not above 1 + the margin does not keep it).
 
 A smaller arm replaces the fastest where every change it leaves out has one of these
 grounds and the rounds they shared do not show it slower, or where those rounds show it
