@@ -92,11 +92,9 @@ def lever_knob(flag: Flag, lever: Lever, levers: Levers) -> dict[str, Any] | Non
         values = [v for v in values if v in flag.choices]
     if lever.kind == "optimizer" and flag.value not in values:
         return None  # from another algorithm, no implementation of this one is the same training
-    values = list(dict.fromkeys([flag.value, *values]))
-    if len(values) < 2:
+    values = _with_baseline(flag.value, values)
+    if values is None:
         return None
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        values = sorted(values)
     knob = _knob(lever, values, flag.value)
     knob["flag"] = flag.spelled
     if flag.style == "switch" or lever.style == "switch":
@@ -104,6 +102,15 @@ def lever_knob(flag: Flag, lever: Lever, levers: Levers) -> dict[str, Any] | Non
     elif flag.style:
         knob["flag_style"] = flag.style
     return knob
+
+
+def _with_baseline(baseline: Any, candidates: list) -> list | None:
+    """The candidates with the baseline among them (numbers in order), or None where that
+    leaves fewer than two: no choice to search."""
+    values = list(dict.fromkeys([baseline, *candidates]))
+    if len(values) < 2:
+        return None
+    return sorted(values) if all(isinstance(v, int) and not isinstance(v, bool) for v in values) else values
 
 
 def _knob(lever: Lever, values: list, baseline: Any) -> dict[str, Any]:
@@ -135,12 +142,10 @@ def env_knobs(cmd: ParsedCommand, levers: Levers, environ: Mapping[str, str], ta
             levers.machine.torch_threads if lever.default == "torch" else lever.default)
         if base is None:
             continue
-        values = list(dict.fromkeys([base, *candidate_values(lever, cpus=levers.machine.cpus,
-                                                              devices=levers.max_processes)]))
-        if len(values) < 2:
+        values = _with_baseline(base, candidate_values(lever, cpus=levers.machine.cpus,
+                                                        devices=levers.max_processes))
+        if values is None:
             continue
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            values = sorted(values)
         out[lever.name] = {**_knob(lever, values, base), "env": lever.env}
     return out
 
@@ -167,12 +172,10 @@ def launcher_knobs(cmd: ParsedCommand, levers: Levers, template: list[str], take
         if typed is None and (lever.only_typed or lever.default is None):
             continue
         base = typed.value if typed is not None else lever.default
-        values = list(dict.fromkeys([base, *candidate_values(lever, cpus=levers.machine.cpus,
-                                                              devices=levers.max_processes)]))
-        if len(values) < 2:
+        values = _with_baseline(base, candidate_values(lever, cpus=levers.machine.cpus,
+                                                        devices=levers.max_processes))
+        if values is None:
             continue
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            values = sorted(values)
         if typed is not None:
             template[typed.index] = (f"{typed.spelled}={{{lever.name}}}" if typed.style == "equals"
                                      else "{" + lever.name + "}")

@@ -34,6 +34,7 @@ from infrarsi.core.spec_metrics import MetricsSpec
 from infrarsi.core.trial import Outcome, Role, TrialResult, is_out_of_memory
 from infrarsi.harness.device_memory import DeviceMemoryGauge, DeviceMemoryUnavailable, open_nvml_gauge
 from infrarsi.harness.job_output import JobOutput
+from infrarsi.harness.log_adapter import printed_unit
 from infrarsi.harness.metrics_events import RecordedEvents
 from infrarsi.harness.process_guard import parent_death_signal
 from infrarsi.job.reporter import METRICS_FILE_ENV
@@ -392,11 +393,3 @@ def _timed(req: TrialRequest, base: dict, w: _Watch, steps: list[tuple[dict, flo
 def _median_phases(events: list[dict]) -> dict[str, float]:
     keys = {k for e in events for k in (e.get("phases") or {})}
     return {k: statistics.median(float((e.get("phases") or {}).get(k, 0.0)) for e in events) for k in sorted(keys)}
-
-
-def printed_unit(units: list[float | None]) -> float | None:
-    """The unit of the last digit a run printed its losses with: the median over its lines
-    (a format that drops trailing zeros prints '5.15' for 5.150 now and then), None where
-    it reported them at full precision."""
-    found = [u for u in units if u is not None]
-    return statistics.median(found) if found else None

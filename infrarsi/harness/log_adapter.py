@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import re
+import statistics
 from typing import Any
 
 from infrarsi.core.errors import InfrarsiError
@@ -101,6 +102,14 @@ def printed_quantum(printed: str) -> float:
     decimals = len(mantissa.partition(".")[2])
     shift = int(exponent) if exponent.lstrip("+-").isdigit() else 0
     return 10.0 ** (shift - decimals)
+
+
+def printed_unit(units: list[float | None]) -> float | None:
+    """The unit of the last digit a run printed its losses with: the median over its lines
+    (a format that drops trailing zeros prints '5.15' for 5.150 now and then), None where
+    it reported them at full precision."""
+    found = [u for u in units if u is not None]
+    return statistics.median(found) if found else None
 
 
 def _text(m: re.Match, group: str) -> str:

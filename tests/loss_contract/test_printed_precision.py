@@ -11,8 +11,7 @@ import pytest
 from infrarsi.contract.loss_contract import ClassReference, LossContract
 from infrarsi.core.spec_metrics import MetricsSpec
 from infrarsi.core.trial import Outcome, Role, TrialResult
-from infrarsi.harness.launcher import printed_unit
-from infrarsi.harness.log_adapter import LogAdapter, printed_quantum
+from infrarsi.harness.log_adapter import LogAdapter, printed_quantum, printed_unit
 
 TRUE = [5.2 * math.exp(-0.02 * i) + 0.013 * math.sin(i) for i in range(20)]  # a falling loss, not on any grid
 

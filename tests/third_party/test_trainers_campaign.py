@@ -25,7 +25,7 @@ import pytest
 
 from infrarsi.cli.main import main
 from infrarsi.contract.spec_load import load_spec
-from infrarsi.harness.command import render_command
+from infrarsi.harness.command import flag_args, render_command
 
 TRAINERS = {"trl": ("trl", fixtures.trl_sft), "litgpt": ("litgpt", fixtures.litgpt_pretrain),
             "torchtune": ("torchtune", fixtures.torchtune_full_finetune)}
@@ -57,14 +57,27 @@ def _init(name, tmp_path, monkeypatch):
     typed = {"num_steps": fixtures.NUM_STEPS, "warmup_steps": 1}
     at_typed = spec.model_copy(update={"contract": spec.contract.model_copy(update=typed)})
     argv, env = render_command(at_typed, at_typed.space, at_typed.space.validate(at_typed.baseline))
-    assert list(argv) == launch.argv and all(env[k] == v for k, v in spec.env.items())
-    return launch
+    # the typed command, then each lever of the trainer's family the command did not set, at its baseline
+    appended = [t for k in spec.space.knobs if k.flag and not k.placeholder
+                for t in flag_args(k, spec.baseline[k.name])]
+    assert list(argv) == launch.argv + appended and all(env[k] == v for k, v in spec.env.items())
+    assert all(env[k.env] == str(spec.baseline[k.name]) for k in spec.space.knobs if k.env)
+    return launch, written
+
+
+# The levers init offers on a CPU, per trainer (docs/tune-your-job.md#the-lever-catalog).
+OFFERED = {"trl": {"optim", "gradient_checkpointing", "torch_compile", "bf16", "dataloader_num_workers",
+                   "omp_threads"},
+           "litgpt": {"precision", "data_num_workers", "omp_threads"},
+           "torchtune": {"compile", "enable_activation_checkpointing", "optimizer_fused", "dtype", "omp_threads"}}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TRAINERS))
 def test_init_writes_the_published_command_as_the_baseline(name, tmp_path, monkeypatch):
-    _init(name, tmp_path, monkeypatch)
+    _, written = _init(name, tmp_path, monkeypatch)
+    assert OFFERED[name] <= set(written["knobs"]), sorted(written["knobs"])
+    assert written["objective"]["job_steps"] == fixtures.NUM_STEPS  # the run's length, as typed
 
 
 @CAMPAIGNS
