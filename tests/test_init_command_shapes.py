@@ -113,7 +113,7 @@ def _typed_part(rendered: tuple[str, ...], spec, typed: list[str]) -> list[str]:
     assert list(rendered[len(core):]) == appended
     knobs = {"{" + k.name + "}" for k in spec.space.knobs if k.placeholder}
     for option, value in zip(spec.command, spec.command[1:]):
-        if option.startswith("--") and "{" not in option and option not in typed and value in knobs:
+        if option.startswith("--") and not {"{", "}"} & set(option) and option not in typed and value in knobs:
             i = core.index(option)
             assert core[i + 1] == str(spec.baseline[value.strip("{}")])
             del core[i:i + 2]

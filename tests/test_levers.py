@@ -77,6 +77,7 @@ def test_hugging_face_trainer_levers_from_trl_help(tmp_path):
     # on a machine with a GPU the CUDA levers join
     gpu = _draft([t for t in TRL if t != "--use_cpu"], _help("trl_sft.txt"), gpus=1)
     assert {"dataloader_pin_memory", "cuda_alloc_conf"} <= set(gpu.data["knobs"])
+    assert gpu.data["resources"]["gpus_per_trial"] == 1 and "resources.gpus_per_trial" in gpu.confirm
     assert gpu.data["baseline"]["cuda_alloc_conf"] == "expandable_segments:False"
     assert "cuda_max_connections" not in gpu.data["knobs"]  # one process: the overlap it governs is not there
 
@@ -161,6 +162,12 @@ def test_megatron_levers_and_the_connections_coupling():
     assert base["cuda_max_connections"] == 8 and knobs["cuda_max_connections"]["values"] == [1, 8, 32]
     assert base["omp_threads"] == 1  # torchrun's one thread per process, nproc > 1, the variable unset
     assert draft.data["objective"] == {"job_steps": 500}
+    # Megatron derives accumulation from the global batch over every rank's micro-batch
+    assert "64 % (micro_batch_size * nproc) == 0" in draft.data["constraints"]
+    # 8 processes x 1 thread on a 2-core trial: the command itself breaks the coupling, so it is said
+    assert any(n.startswith("not a constraint: nproc * omp_threads <= 2") for n in draft.notes)
+    # 8 processes x 1 thread on a 2-core trial: the command itself breaks the coupling, so it is said
+    assert any(n.startswith("not a constraint: nproc * omp_threads <= 2") for n in draft.notes)
 
 
 def test_an_env_prefix_is_the_levers_baseline_not_its_removal(tmp_path):

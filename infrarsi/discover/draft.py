@@ -215,10 +215,14 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
             _processes_in_product(draft, kname, baseline[kname])
     if inserted:
         template[cmd.entry_index:cmd.entry_index] = inserted
+    processes = next((n for n, k in knobs.items() if k.get("kind") == "processes"), None)
+    if mb is not None and gb is not None and not split and processes and knob_name(mb) in knobs:
+        # the job derives its accumulation from the global batch over the processes' micro-batches
+        draft.data.setdefault("constraints", []).append(f"{gb.value} % ({knob_name(mb)} * {processes}) == 0")
     constraints, notes = coupling_constraints(knobs, baseline, levers)
     draft.notes += notes + unoffered_notes(cmd, levers)
     if constraints:
-        draft.data["constraints"] = constraints
+        draft.data["constraints"] = draft.data.get("constraints", []) + constraints
     draft.data.update(name=name, workload_dir=".", repository="copy", command=template + tail, flag_style=style,
                       baseline=baseline)
     carried = {k["env"] for k in knobs.values() if k.get("env")}

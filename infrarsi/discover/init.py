@@ -52,7 +52,10 @@ def build_spec(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name: s
     levers = levers_for(cmd, job_facts(cmd, known, seen, source), machine, families)
     draft, facts = draft_command(cmd, known, seen, name=name, levers=levers, environ=environ or {})
     contract_and_metrics(draft, cmd, seen, facts)
-    draft.data["resources"] = {"cpus_per_trial": cpus, **({"gpus_per_trial": 1} if gpus else {})}
+    draft.data["resources"] = {"cpus_per_trial": cpus, **({"gpus_per_trial": gpus} if gpus else {})}
+    if gpus:
+        draft.confirm["resources.gpus_per_trial"] = (f"every GPU the job's interpreter sees ({gpus}): one trial at a "
+                                                     "time, free to run as many processes as there are GPUs")
     if levers.families:
         draft.notes[:0] = ["trainer families (infrarsi/discover/levers/): "
                            + ", ".join(f.family for f in levers.families),
