@@ -75,12 +75,20 @@ def _step(step, loss):
     ([_step(5, 3.0), _step(6, 2.9), _step(2, 2.8)], r"the step counter went from 6 to 2; it must increase"),
     ([{"event": "step", "step": 1}], r"a step event has no loss"),
     ([{**_step(1, 3.0), "tokens": "64"}], r"tokens '64' is not an integer"),
+    ([{**_step(1, 3.0), "loss_quantum": 0}], r"loss_quantum 0 is not a positive number"),
     ([], r"reported 0 of 3 steps: no metrics line arrived through \$INFRARSI_METRICS_FILE"),
 ])
 def test_bad_jsonl_events_are_a_crash_that_says_what_was_wrong(tmp_path, events, reason):
     r = _jsonl_trial(tmp_path, *events)
     assert r.outcome is Outcome.CRASH
     assert __import__("re").search(reason, r.reason), r.reason
+
+
+def test_a_declared_loss_quantum_is_the_trials_and_a_whole_loss_has_none(tmp_path):
+    rounded = _jsonl_trial(tmp_path, *({**_step(i, 3.0 - i / 10), "loss_quantum": 1e-4} for i in (1, 2, 3)))
+    assert rounded.outcome is Outcome.OK and rounded.loss_quantum == 1e-4
+    whole = _jsonl_trial(tmp_path / "whole", *(_step(i, 3.0 - i / 10) for i in (1, 2, 3)))
+    assert whole.outcome is Outcome.OK and whole.loss_quantum is None
 
 
 def test_the_events_and_their_arrival_stamps_are_kept_as_evidence(tmp_path):

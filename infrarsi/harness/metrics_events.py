@@ -99,6 +99,8 @@ def _wrong_optional_fields(event: dict[str, Any], integers=("tokens", "peak_memo
             return f"{name} {event[name]!r} is not an integer"
     if "step_time_s" in event and not _finite(event["step_time_s"]):
         return f"step_time_s {event['step_time_s']!r} is not a finite number"
+    if "loss_quantum" in event and not (_finite(event["loss_quantum"]) and event["loss_quantum"] > 0):
+        return f"loss_quantum {event['loss_quantum']!r} is not a positive number (the unit of the loss's last digit)"
     phases = event.get("phases")
     if phases is not None and not (isinstance(phases, dict) and all(_finite(v) for v in phases.values())):
         return f"phases {phases!r:.100} is not a mapping of phase names to seconds"

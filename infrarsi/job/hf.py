@@ -9,6 +9,9 @@ processes): the callback asks the ``Trainer`` to log at every step, so ``logging
 does not thin the reports. Tokens per step are counted by the
 ``Trainer`` when ``include_num_input_tokens_seen`` is on; otherwise the callback reports
 the ``tokens_per_step`` it was given (or none). ``eval_loss`` goes out as eval events.
+The loss goes out as the ``Trainer`` hands it to callbacks: whole from transformers 5 on
+(only the console line is rounded); transformers 4 rounds it to 4 decimals first, and each
+step event says so (``loss_quantum``), so that the loss contract compares no finer.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import transformers
 from transformers import TrainerCallback
 
 from infrarsi.job.reporter import Reporter
 
 __all__ = ["InfrarsiCallback"]
+
+# transformers 4's Trainer rounds the loss it logs to 4 decimals (_maybe_log_save_evaluate).
+_LOGGED_LOSS_QUANTUM = 1e-4 if int(transformers.__version__.split(".")[0]) < 5 else None
 
 
 class InfrarsiCallback(TrainerCallback):
@@ -61,7 +68,9 @@ class InfrarsiCallback(TrainerCallback):
         tokens = self.tokens_per_step
         if self._counting(args):
             tokens, self._tokens_seen = state.num_input_tokens_seen - self._tokens_seen, state.num_input_tokens_seen
-        self._reporter.step(state.global_step, logs["loss"], tokens=tokens, step_time_s=now - self._last_end_s)
+        rounded = {"loss_quantum": _LOGGED_LOSS_QUANTUM} if _LOGGED_LOSS_QUANTUM else {}
+        self._reporter.step(state.global_step, logs["loss"], tokens=tokens, step_time_s=now - self._last_end_s,
+                            **rounded)
         self._last_end_s = now
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
