@@ -149,13 +149,17 @@ def test_bank_cli_lists_shows_and_forgets(tmp_path, capsys):
     path = tmp_path / "bank.sqlite"
     Bank(path).add(record("c9", H100, DENSE, [trial(1, {"a": 2}, step=0.5)]))
     assert main(["bank", "--path", str(path), "--json", "list"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["id"] == "c9"
+    out, err = capsys.readouterr()
+    assert json.loads(out)[0]["id"] == "c9" and err.startswith("c9  ")  # the line for people on stderr
+    assert main(["bank", "--path", str(path), "show", "c9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == "c9"
     assert main(["bank", "--path", str(path), "show", "c9"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["best"]["step_time_s"] == 0.5 and shown["outcomes"] == {"ok": 1}
     assert main(["bank", "--path", str(path), "show", "nope"]) == 2
     assert "infrarsi bank list" in capsys.readouterr().err
-    assert main(["bank", "--path", str(path), "forget", "c9"]) == 0 and Bank(path).list() == []
+    assert main(["bank", "--path", str(path), "--json", "forget", "c9"]) == 0 and Bank(path).list() == []
+    assert json.loads(capsys.readouterr().out) == {"forgot": "c9"}
 
 
 def test_a_campaign_writes_the_bank_the_next_reads_it_and_no_bank_does_neither(tmp_path, monkeypatch, capsys,
@@ -170,7 +174,7 @@ def test_a_campaign_writes_the_bank_the_next_reads_it_and_no_bank_does_neither(t
 
     def campaign(*flags: str) -> tuple[str, list[dict], dict]:
         assert main(["campaign", str(spec), "--out", str(tmp_path / "out"), "--json", "--no-progress", *flags]) == 0
-        cid = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["campaign_id"]
+        cid = json.loads(capsys.readouterr().out)["campaign_id"]
         cdir = CampaignDir(tmp_path / "out" / cid)
         return cid, list(Ledger(cdir.ledger).events()), cdir.read_json(cdir.search)["describe"]
 

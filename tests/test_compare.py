@@ -19,7 +19,9 @@ def test_compare_tables_every_campaign_and_plots_them(store, tmp_path, capsys):
     uri, cdirs = store
     plot = tmp_path / "cmp.png"
     assert main(["compare", "--tracking-uri", uri, "--plot", str(plot), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["campaigns"]
+    out, err = capsys.readouterr()
+    rows = json.loads(out)["campaigns"]
+    assert err.startswith("campaign ") and f"plot: {plot}" in err  # the table, for people, on stderr
     assert plot.stat().st_size > 10_000
     assert [r["campaign_id"] for r in rows] == [c.root.name for c in cdirs]
     for row, cdir in zip(rows, cdirs):

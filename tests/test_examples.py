@@ -49,7 +49,7 @@ def _small_copy(tmp: Path, example: str, *, num_trials: int, calibration: list |
 
 def _campaign(spec: Path, out: Path, capsys) -> tuple[dict, CampaignDir]:
     assert main(["campaign", str(spec), "--out", str(out), "--json", "--no-progress"]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads(capsys.readouterr().out)
     return summary, CampaignDir(out / summary["campaign_id"])
 
 

@@ -267,8 +267,8 @@ def test_a_degraded_campaign_finishes_and_says_why(tmp_path, capsys, monkeypatch
             stop()
     out, err = capsys.readouterr()
     assert code == 0, err[-3000:]
-    summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["branch"] == "infrarsi/c1" and "branch infrarsi/c1" in out
+    summary = json.loads(out)  # --json: stdout is the summary; every line for people is on stderr
+    assert summary["branch"] == "infrarsi/c1" and "branch infrarsi/c1" in err
     printed = [line.removeprefix("infrarsi: warning: ") for line in err.splitlines()
                if line.startswith("infrarsi: warning: ")]
     assert printed == summary["warnings"] == [w["message"] for w in cdir.read_warnings()]
@@ -276,7 +276,7 @@ def test_a_degraded_campaign_finishes_and_says_why(tmp_path, capsys, monkeypatch
     assert sorted(sources) == ["bank", "budget", "llm", "mlflow"]
     [budget] = [w["message"] for w in cdir.read_warnings() if w["source"] == "budget"]
     assert f"the search runs {summary['num_search_trials']} of the 40 trials asked" in budget
-    assert "4 warning(s)" in out
+    assert "4 warning(s)" in err
     # MLflow's calls wait in the spool: the parent run says the budget asked and the trials run.
     spooled = [json.loads(line) for line in cdir.mlflow_spool.read_text().splitlines()]
     assert spooled[0]["op"] == "start_campaign" and spooled[0]["params"]["budget"] == "40"

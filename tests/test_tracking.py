@@ -141,6 +141,19 @@ def test_end_campaign_logs_summary_and_report(tmp_path: Path, store: str) -> Non
         "report.md"]
 
 
+def test_the_experiment_is_tagged_for_the_ui_new_or_existing(tmp_path: Path, store: str) -> None:
+    """MLflow 3's UI picks an experiment's view from ``mlflow.experimentKind``: a campaign's
+    experiment is a training one, whether the tracker made it or found it untagged."""
+    client = MlflowClient(tracking_uri=store)
+    Tracker(store, EXPERIMENT, tmp_path / "spool.jsonl")
+    assert client.get_experiment_by_name(EXPERIMENT).tags["mlflow.experimentKind"] == "custom_model_development"
+
+    client.create_experiment("made-before-the-tag")
+    Tracker(store, "made-before-the-tag", tmp_path / "spool.jsonl").start_campaign("c1", {}, {})
+    tags = client.get_experiment_by_name("made-before-the-tag").tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+
+
 @pytest.mark.fault
 def test_unreachable_store_spools_then_catches_up(
     tmp_path: Path, empty_db: Path, caplog: pytest.LogCaptureFixture

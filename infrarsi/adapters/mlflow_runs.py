@@ -25,6 +25,9 @@ TAG_REASON = "infrarsi.reason"
 TAG_SIMULATED = "infrarsi.simulated"
 TAG_CACHED_FROM = "infrarsi.cached_from"
 TAG_PARENT = "mlflow.parentRunId"
+# MLflow 3's UI picks an experiment's view from this tag; without it, it may open a training
+# campaign's experiment in its GenAI view.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 MAX_REASON_CHARS = 1000
 def trial_tags(result: TrialResult, campaign_id: str, parent_id: str) -> dict[str, str]:
     tags = {
@@ -70,6 +73,14 @@ def trial_metrics(result: TrialResult, time_ms: int) -> list[Metric]:
     metrics += [Metric("step/step_time_s", float(v), time_ms, i)
                 for i, v in enumerate(result.step_times_s)]
     return metrics
+
+
+def mark_training_experiment(client: MlflowClient, experiment: Any) -> None:
+    """Tag an existing ``experiment`` as a training one (``EXPERIMENT_TAGS``) where it is not:
+    one made before infrarsi tagged, or one whose kind the UI guessed."""
+    for key, value in EXPERIMENT_TAGS.items():
+        if experiment.tags.get(key) != value:
+            client.set_experiment_tag(experiment.experiment_id, key, value)
 
 
 def default_artifact_location(tracking_uri: str) -> str | None:

@@ -36,6 +36,7 @@ from mlflow.utils.validation import (
 from infrarsi.adapters.mlflow_connect import STORE_ERRORS as _STORE_ERRORS
 from infrarsi.adapters.mlflow_connect import bound_http_retries, describe, probe
 from infrarsi.adapters.mlflow_runs import (
+    EXPERIMENT_TAGS,
     TAG_ATTEMPT,
     TAG_CAMPAIGN_ID,
     TAG_KIND,
@@ -43,6 +44,7 @@ from infrarsi.adapters.mlflow_runs import (
     TAG_TRIAL_ID,
     clip,
     default_artifact_location,
+    mark_training_experiment,
     now_ms,
     quote,
     trial_metrics,
@@ -265,7 +267,7 @@ class Tracker:
         if experiment is None:
             try:
                 self._experiment_id = client.create_experiment(
-                    self.experiment_name, artifact_location=self.artifact_location)
+                    self.experiment_name, artifact_location=self.artifact_location, tags=EXPERIMENT_TAGS)
                 return self._experiment_id
             except MlflowException:  # another process created it first
                 experiment = client.get_experiment_by_name(self.experiment_name)
@@ -275,6 +277,7 @@ class Tracker:
             raise InfrarsiError(
                 f"MLflow experiment {self.experiment_name!r} at {self.tracking_uri} is "
                 "deleted; restore it (mlflow experiments restore) or choose another name")
+        mark_training_experiment(client, experiment)
         self._experiment_id = experiment.experiment_id
         return self._experiment_id
 

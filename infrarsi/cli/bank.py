@@ -1,4 +1,5 @@
-"""``infrarsi bank list|show|forget``: look into and prune the experience bank."""
+"""``infrarsi bank list|show|forget``: look into and prune the experience bank. Each prints its
+lines for people and returns its ``--json`` document (``infrarsi.cli.main`` prints it)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from infrarsi.cli.console import JSON_HELP
 from infrarsi.core.errors import InfrarsiError
 
 
@@ -13,13 +15,14 @@ def add_parser(sub: Any) -> None:
     b = sub.add_parser("bank", help="the experience bank: list, show or forget past campaigns")
     b.add_argument("--path", help="bank: a SQLite file or mlflow+<tracking URI> (default: INFRARSI_BANK, "
                    "else bank.sqlite in the user's data folder)")
-    b.add_argument("--json", action="store_true", help="print JSON")
+    b.add_argument("--json", action="store_true", help=JSON_HELP.format("the result"))
     bsub = b.add_subparsers(dest="bank_command", required=True)
     listing = bsub.add_parser("list", help="one line per recorded campaign")
     show = bsub.add_parser("show", help="one campaign: features, best config, patches, trials")
     show.add_argument("campaign_id")
     for p in (listing, show):  # after the subcommand too (bank list --json); SUPPRESS keeps one given before it
-        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                       help=JSON_HELP.format("the rows" if p is listing else "the campaign"))
     forget = bsub.add_parser("forget", help="remove a campaign from the bank")
     forget.add_argument("campaign_id")
     b.set_defaults(func=run)
@@ -29,7 +32,8 @@ def _features(d: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items() if v is not None)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Any:
+    """Run the bank subcommand; return its ``--json`` document."""
     from infrarsi.bank.store import open_bank
 
     bank = open_bank(args.path)
@@ -37,22 +41,20 @@ def run(args: argparse.Namespace) -> int:
         raise InfrarsiError("the experience bank is off (INFRARSI_BANK=off); pass --path FILE or --path mlflow+URI")
     if args.bank_command == "list":
         rows = bank.list()
-        if args.json:
-            print(json.dumps(rows, sort_keys=True))
-        for r in rows if not args.json else ():
+        for r in rows:
             best = r["best_step_time_s"]
             print(f"{r['id']}  {r['backend']}  {r['num_trials']} trials  best "
                   f"{best if best is None else f'{best:.4f} s'}  [{_features(r['hardware'])}] [{_features(r['workload'])}]")
-        if not rows and not args.json:
+        if not rows:
             print(f"{bank.location}: no campaigns recorded")
-        return 0
+        return rows
     rec = bank.get(args.campaign_id)
     if rec is None:
         raise InfrarsiError(f"{bank.location}: no campaign {args.campaign_id!r}; `infrarsi bank list` shows the ids")
     if args.bank_command == "forget":
         bank.forget(rec.id)
         print(f"forgot {rec.id}")
-        return 0
+        return {"forgot": rec.id}
     best = rec.best
     shown = {"id": rec.id, "name": rec.name, "backend": rec.backend, "proposer": rec.proposer,
              "hardware": dict(rec.hardware), "workload": dict(rec.workload), "baseline": rec.baseline,
@@ -62,5 +64,6 @@ def run(args: argparse.Namespace) -> int:
              "outcomes": {o: sum(t.outcome.value == o for t in rec.trials) for o in {t.outcome.value for t in rec.trials}},
              "patches": [{k: v for k, v in p.items() if k != "patch"} for p in rec.patches],
              "num_effects": len(rec.effects)}
-    print(json.dumps(shown, indent=None if args.json else 2, sort_keys=True, default=str))
-    return 0
+    if not args.json:  # the record is its own human form; under --json it is the document
+        print(json.dumps(shown, indent=2, sort_keys=True, default=str))
+    return shown

@@ -4,9 +4,11 @@ forgets the experience bank's campaigns.
 
 A bad input (a folder that is not a campaign, an address nothing answers at, a spec that
 does not validate) ends in one ``infrarsi: error:`` paragraph saying what to do, and exit
-status 2, never a traceback. Warnings a campaign raises (an LLM fallback, MLflow
-spooling, a budget cut by the cap, contaminated timings) are printed as they happen,
-above the progress bar."""
+status 2, never a traceback. Warnings a campaign raises (an unreachable MLflow or LLM, a
+budget cut by the cap, contaminated timings) are printed on stderr as they happen, from
+the first probe on (``cli.console``). With ``--json`` (``campaign``, ``report``,
+``compare``, ``bank``) stdout carries exactly one JSON document and every line meant for
+people goes to stderr."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import typing
 from pathlib import Path
 
 from infrarsi.cli import bank as bank_cli
+from infrarsi.cli.console import JSON_HELP, CampaignConsole, stdout_to_stderr
 from infrarsi.core.errors import InfrarsiError
 from infrarsi.core.options import CampaignOptions
 
@@ -48,8 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("campaign", help="run a campaign: init -> doctor -> run -> report -> apply")
     _add_options(c)
-    c.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
-    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--json", action="store_true", help=JSON_HELP.format("the campaign's summary"))
+    c.add_argument("--no-progress", action="store_true",
+                   help="no progress (a bar on a terminal, else one line per trial); warnings are still printed")
     c.add_argument("--no-bank", action="store_true", help="neither read nor write the experience bank (--bank off)")
     c.set_defaults(func=_campaign)
     i = sub.add_parser("init", help="write a starting spec from the command that launches your job",
@@ -66,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_init)
     r = sub.add_parser("report", help="rebuild the report of a campaign folder")
     r.add_argument("dir", help="the campaign folder (<data>/campaigns/<campaign-id>, or under --out)")
-    r.add_argument("--json", action="store_true", help="print the campaign's JSON summary as the last line")
+    r.add_argument("--json", action="store_true", help=JSON_HELP.format("the campaign's summary"))
     r.set_defaults(func=_report)
     bank_cli.add_parser(sub)
     m = sub.add_parser("compare", help="compare the campaigns of an MLflow store: one table, one plot")
@@ -75,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--job", help="only campaigns of this job (spec name)")
     m.add_argument("--hardware", help="only campaigns whose hardware hash or description contains this")
     m.add_argument("--plot", default="compare.png", help="where the best-so-far plot goes (default: %(default)s)")
-    m.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    m.add_argument("--json", action="store_true", help=JSON_HELP.format("the rows and the plot's path"))
     m.set_defaults(func=_compare)
     return p
 
@@ -143,10 +147,11 @@ def _console_logs_to(path: Path):
             logging.root.addHandler(h)
 
 
-def _campaign(args: argparse.Namespace) -> int:
+def _campaign(args: argparse.Namespace) -> dict:
+    """Run the campaign, print its summary; return the summary (the ``--json`` document)."""
     summary = _run_campaign(args)
-    _print_summary(summary, args.json, warnings_shown=True)  # each printed as it was raised
-    return 0
+    _print_summary(summary, warnings_shown=True)  # each printed as it was raised
+    return summary
 
 
 def _run_campaign(args: argparse.Namespace) -> dict:
@@ -154,64 +159,39 @@ def _run_campaign(args: argparse.Namespace) -> dict:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     options = CampaignOptions.parse({**{k: getattr(args, k) for k in CampaignOptions.model_fields},
                                      **({"bank": "off"} if args.no_bank else {})})
-    options, total, done = _prepared(options)
-    from flows.campaign import campaign
-    from infrarsi.harness.process_guard import guard_campaign
+    console = CampaignConsole()
+    # Listening before any outside system is touched: the probes' warnings (an MLflow or LLM
+    # that does not answer) are printed when raised, not when the campaign ends.
+    with console.warnings():
+        options, total, done = _prepared(options)
+        from flows.campaign import campaign
+        from infrarsi.harness.process_guard import guard_campaign
 
-    log_path = _log_path(options)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    # Before the flow starts Prefect's temporary server: every process started from here on
-    # ends with this one.
-    for line in guard_campaign(_campaign_folder(options)):
-        print(f"infrarsi: {line}", file=sys.stderr)
-    try:
-        with _console_logs_to(log_path):
-            return _run_flow(campaign, options, args.no_progress, total, done)
-    except InfrarsiError as exc:
-        exc.add_note(f"(the stage's traceback is in {log_path})")
-        raise
-
-
-def _run_flow(campaign, options: CampaignOptions, no_progress: bool, total: int, done: int) -> dict:
-    from infrarsi.core import progress
-
-    if no_progress:
-        stop_warnings = progress.subscribe_warnings(lambda source, message: print(
-            f"infrarsi: warning: {message}", file=sys.stderr, flush=True))
+        log_path = _log_path(options)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Before the flow starts Prefect's temporary server: every process started from here on
+        # ends with this one.
+        for line in guard_campaign(_campaign_folder(options)):
+            console.line(f"infrarsi: {line}")
         try:
-            return campaign(options)
-        finally:
-            stop_warnings()
-    from tqdm import tqdm
-
-    bar = tqdm(total=total or None, initial=done, unit="trial", desc="trials", file=sys.stderr, dynamic_ncols=True)
-    stop_warnings = progress.subscribe_warnings(
-        lambda source, message: tqdm.write(f"infrarsi: warning: {message}", file=sys.stderr))
-
-    def on_result(result) -> None:  # called by the runtime for every recorded attempt
-        if not result.extra.get("retried"):  # a re-measured trial is one trial
-            bar.update(1)
-        bar.set_postfix_str(f"{result.role.value} {result.outcome.value}")
-
-    unsubscribe = progress.subscribe(on_result)
-    try:
-        return campaign(options)
-    finally:
-        unsubscribe()
-        stop_warnings()
-        bar.total = bar.n  # what ran: at most the cap, fewer when verification decided early
-        bar.refresh()
-        bar.close()
+            with _console_logs_to(log_path):
+                if args.no_progress:
+                    return campaign(options)
+                with console.progress(total, done):
+                    return campaign(options)
+        except InfrarsiError as exc:
+            exc.add_note(f"(the stage's traceback is in {log_path})")
+            raise
 
 
-def _init(args: argparse.Namespace) -> int:
+def _init(args: argparse.Namespace) -> None:
     from infrarsi.discover.init import init_spec
 
     job = args.job[1:] if args.job[:1] == ["--"] else args.job
     path = init_spec(job, cwd=Path.cwd(), out_path=Path(args.output), name=args.name, force=args.force,
                      run_job=not args.no_dry_run, dry_run_timeout_s=args.dry_run_timeout)
     print(f"wrote {path}: check the lines marked CONFIRM, then run: infrarsi campaign {args.output}")
-    return 0
+    return None
 
 
 def _contribution(c: dict) -> str:
@@ -222,12 +202,14 @@ def _contribution(c: dict) -> str:
     return share + (f"; {c['ground']}" if c.get("ground") else "")
 
 
-def _print_summary(summary: dict, as_json: bool, *, warnings_shown: bool = False) -> None:
+def _print_summary(summary: dict, *, warnings_shown: bool = False) -> None:
+    """A campaign's summary as lines for people (on stderr under ``--json``)."""
     if summary.get("verified_speedup"):
         lo, hi = summary["speedup_ci"]
         what = "end to end" if summary.get("end_to_end_speedup") is not None else "per step"
+        where = f" in {summary['repository']}" if summary.get("repository") else ""
         print(f"verified speedup {summary['verified_speedup']:.2f}x {what} (90% CI {lo:.2f}-{hi:.2f}); "
-              f"branch {summary['branch']}")
+              f"branch {summary['branch']}{where}")
         if summary.get("end_to_end_speedup") is not None:
             print(f"per step {summary['step_speedup']:.2f}x; job of {summary['job_steps']:,.0f} steps")
         for c in summary.get("promoted_changes") or []:
@@ -249,25 +231,22 @@ def _print_summary(summary: dict, as_json: bool, *, warnings_shown: bool = False
     for warning in warnings if not warnings_shown else ():
         print(f"warning: {warning}")
     print(f"report: {summary['report']}")
-    if as_json:
-        print(json.dumps(summary, sort_keys=True))
 
 
-def _compare(args: argparse.Namespace) -> int:
+def _compare(args: argparse.Namespace) -> dict:
+    """Print the table and the plot's path; return both as the ``--json`` document."""
     from infrarsi.cli.compare import compare, format_table
     from infrarsi.core.workspace import default_tracking_uri
 
     rows, plot = compare(args.tracking_uri or default_tracking_uri(), job=args.job, hardware=args.hardware,
                          plot_path=Path(args.plot))
-    if args.json:
-        print(json.dumps({"campaigns": rows, "plot": str(plot) if plot else None}, sort_keys=True, default=str))
-    else:
-        print(format_table(rows))
-        print(f"plot: {plot}" if plot else "plot: none (no campaign has an ok search trial)")
-    return 0
+    print(format_table(rows))
+    print(f"plot: {plot}" if plot else "plot: none (no campaign has an ok search trial)")
+    return {"campaigns": rows, "plot": str(plot) if plot else None}
 
 
-def _report(args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace) -> dict:
+    """Rebuild the report, print the summary; return it (the ``--json`` document)."""
     from infrarsi.core.workspace import CampaignDir
     from infrarsi.record.campaign import read_summary
     from infrarsi.stages.report.report import build_report
@@ -278,14 +257,22 @@ def _report(args: argparse.Namespace) -> int:
         raise InfrarsiError(f"{root} {what}: pass the folder a campaign ran in, <data>/campaigns/<campaign-id> "
                             "(or under the --out folder it was given): the folder of the report path it printed")
     build_report(root)
-    _print_summary(read_summary(CampaignDir(root)), args.json)
-    return 0
+    summary = read_summary(CampaignDir(root))
+    _print_summary(summary)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command: each prints its lines for people and returns its ``--json`` document."""
     args = _parser().parse_args(argv)
     try:
-        return args.func(args)
+        if not getattr(args, "json", False):
+            args.func(args)
+            return 0
+        with stdout_to_stderr():
+            document = args.func(args)
+        print(json.dumps(document, sort_keys=True, default=str), flush=True)
+        return 0
     except InfrarsiError as exc:
         print(" ".join([f"infrarsi: error: {exc}", *getattr(exc, "__notes__", [])]), file=sys.stderr)
         return 2

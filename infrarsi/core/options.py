@@ -41,9 +41,11 @@ class CampaignOptions(BaseModel):
     out: str | None = Field(
         default=None, max_length=4096,
         description="Folder that receives the campaign folder. Empty: 'campaigns' in the infrarsi data "
-                    "folder ($INFRARSI_DATA_DIR, else ~/.local/share/infrarsi).")
+                    "folder ($INFRARSI_DATA_DIR, else $XDG_DATA_HOME/infrarsi, else ~/.local/share/infrarsi).")
     budget: int | None = Field(default=None, ge=1, le=10_000,
-                               description="Search trials. Empty: the spec's budget.num_trials.")
+                               description="Search trials. Empty: the spec's budget.num_trials. The spec's "
+                               "budget.max_trials caps the whole campaign: where it leaves the search fewer, the "
+                               "search runs fewer and the campaign warns.")
     proposer: ProposerName | None = Field(default=None, description="Search strategy. Empty: the spec's.")
     campaign_id: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",

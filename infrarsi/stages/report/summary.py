@@ -61,7 +61,7 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "num_trials": sum(1 for t in trials if not t.extra.get("retried")),
         "trials_by_stage": trials_by_stage(trials),
         "max_trials": _max_trials(cdir, contract),
-        "branch": apply.get("branch"), "commit": apply.get("commit"),
+        "branch": apply.get("branch"), "commit": apply.get("commit"), "repository": apply.get("repository"),
         "mlflow_parent_run_id": apply.get("mlflow_parent_run_id") or contract.extra.get("mlflow_parent_run_id"),
         "report": str(cdir.report_html),
         # baseline_mfu, promoted_mfu (fractions; None on CPU) and mfu_basis (device, peak, count).

@@ -1,0 +1,106 @@
+"""What the ``infrarsi`` command shows people, and where.
+
+``stdout_to_stderr``: with ``--json``, stdout carries exactly one JSON document; everything
+else written to it while the command works (its own lines, a library's, a child process's)
+goes to stderr.
+
+``CampaignConsole``: what a running campaign shows on stderr: each warning as it is raised,
+and its progress: tqdm's bar on a terminal; elsewhere (a file, a pipe, CI, a Prefect
+worker's log) one plain line per trial, which logs read better than a bar's redraws.
+It writes to the stream itself, never through ``print``: inside the flow Prefect turns a
+print into a run-log record (``log_prints``), which goes to ``prefect.log``, not the console.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Iterator, TextIO
+
+from infrarsi.core import progress
+from infrarsi.core.trial import TrialResult
+
+JSON_HELP = "print {} as one JSON document on stdout; every other line goes to stderr"
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Inside the block, what is written to stdout goes to stderr: ``print``, a library, and a
+    child process (which inherits the descriptor, not ``sys.stdout``). With ``--json`` the
+    command runs inside it and prints its JSON document after."""
+    sys.stdout.flush()
+    saved_fd = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+
+
+def trial_line(result: TrialResult, num_done: int, num_total: int) -> str:
+    """One trial as a plain progress line: ``trial 12/45 search ok 0.41 s/step``."""
+    count = f"{num_done}/{num_total}" if num_total else str(num_done)
+    line = f"trial {count} {result.role.value} {result.outcome.value}"
+    return line + (f" {result.step_time_s:.3g} s/step" if result.step_time_s is not None else "")
+
+
+class CampaignConsole:
+    """Warnings and progress of one campaign on ``stream`` (stderr): ``warnings`` from before
+    any outside system is touched, ``progress`` while the flow runs its trials."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self._bar: Any = None
+
+    def line(self, text: str) -> None:
+        """Write one line; above the bar, where one is drawn."""
+        if self._bar is not None:
+            self._bar.write(text, file=self.stream)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    @contextlib.contextmanager
+    def warnings(self) -> Iterator[None]:
+        """Print every warning raised inside the block as an ``infrarsi: warning:`` line."""
+        stop = progress.subscribe_warnings(lambda source, message: self.line(f"infrarsi: warning: {message}"))
+        try:
+            yield
+        finally:
+            stop()
+
+    @contextlib.contextmanager
+    def progress(self, num_total: int, num_done: int) -> Iterator[None]:
+        """Show each trial recorded inside the block (a re-measured attempt is not a new trial):
+        a bar of ``num_total`` (0: not known yet) on a terminal, a line per trial elsewhere."""
+        counted = [num_done]
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=num_total or None, initial=num_done, unit="trial", desc="trials",
+                             file=self.stream, dynamic_ncols=True)
+
+        def on_result(result: TrialResult) -> None:  # called by the runtime for every recorded attempt
+            if result.extra.get("retried"):
+                return
+            counted[0] += 1
+            if self._bar is None:
+                self.line(trial_line(result, counted[0], num_total))
+            else:
+                self._bar.set_postfix_str(f"{result.role.value} {result.outcome.value}", refresh=False)
+                self._bar.update(1)
+
+        unsubscribe = progress.subscribe(on_result)
+        try:
+            yield
+        finally:
+            unsubscribe()
+            if self._bar is not None:
+                self._bar.total = self._bar.n  # what ran: at most the cap, fewer when verification decided early
+                self._bar.refresh()
+                self._bar.close()
+                self._bar = None
