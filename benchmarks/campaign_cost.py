@@ -225,7 +225,7 @@ def _run_worker(job: dict) -> dict:
     if done.returncode:
         raise RuntimeError(f"worker failed: {' '.join(cmd)}\n{done.stderr[-3000:]}")
     return {**{k: job[k] for k in ("protocol", "workload", "jobs", "noise", "seed")},
-            **json.loads(done.stdout.strip().splitlines()[-1])}
+            **json.loads(done.stdout)}
 
 
 def _codes(protocols: list[str], tmp: Path, before: str) -> dict[str, str]:
@@ -309,7 +309,7 @@ def cpu_part(runs: int, protocols: list[str], tmp: Path, before: str, keep: Path
             wall = time.perf_counter() - t0
             if done.returncode:
                 raise RuntimeError(f"campaign failed ({protocol}):\n{done.stderr[-3000:]}")
-            s = json.loads(done.stdout.strip().splitlines()[-1])
+            s = json.loads(done.stdout)
             if keep is not None:
                 shutil.copytree(s["campaign_dir"], keep / f"cpu-{protocol}-{i}",
                                 ignore=shutil.ignore_patterns("trials", "repo", "worktrees"), dirs_exist_ok=True)

@@ -90,7 +90,7 @@ def test_init_then_a_campaign_runs_the_job_as_published(name, tmp_path, monkeypa
                  "--out", str(tmp_path / "out")])
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
-    summary = json.loads(out.out.strip().splitlines()[-1])
+    summary = json.loads(out.out)  # --json: stdout is the one JSON document
     assert summary["trials_by_stage"]["doctor"] >= 3 and summary["num_trials"] == sum(
         summary["trials_by_outcome"].values())
     assert summary["verified_speedup"] is None or summary["verified_speedup"] > 1.0
