@@ -1,8 +1,10 @@
 """The report's first block: the answer a user reads before anything else.
 
 The verified speedup and its interval, baseline -> promoted step time (and MFU where
-known), what the campaign cost, the branch with the command that shows it, each promoted
-change with what it contributes, and one line for each thing the user must know (the
+known), what the campaign cost, whether it is safe (the loss contract: runs checked, the
+tolerance, configs rejected, the canary, what the job's printed digits hide), the branch
+with the command that shows it, each promoted change with what it contributes, and one
+line for each thing the user must know (the
 canary could not check, runs stayed contaminated, the budget was clipped, and every
 warning a stage recorded in the campaign folder). Built from the summary and the folder's
 records, like the rest of the report.
@@ -17,8 +19,11 @@ from typing import Any, Iterable, Mapping, Sequence
 from infrarsi.core.ledger import Ledger
 from infrarsi.core.options import CampaignOptions
 from infrarsi.core.spec import CampaignSpec
-from infrarsi.core.trial import Role, TrialResult
+from infrarsi.contract.loss_reference import pct
+from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.core.workspace import CampaignDir
+from infrarsi.record.campaign import read_doctor
+from infrarsi.record.doctor import DoctorReport
 from infrarsi.record.verification import Verdict, VerificationReport
 from infrarsi.stages.report.blocks import config_changes, fmt_change, fmt_s
 from infrarsi.stages.report.promotion import ground
@@ -75,6 +80,26 @@ def _branch_lines(s: Mapping[str, Any], repository: str | None) -> list[str]:
     return lines
 
 
+def safety(s: Mapping[str, Any], trials: Sequence[TrialResult], doctor: DoctorReport | None) -> str | None:
+    """One line: how the loss contract held (runs checked, their tolerance, configs rejected,
+    the canary) and what the job's printed digits hide; None before doctor calibrated one."""
+    contract = doctor.loss_contract if doctor else None
+    if contract is None:
+        return None
+    checked = sum(1 for t in trials if t.losses and t.outcome in (Outcome.OK, Outcome.CONTRACT_VIOLATION))
+    rejected = sorted({str(dict(t.config)) for t in trials if t.outcome is Outcome.CONTRACT_VIOLATION})
+    others = len(contract.classes) - 1
+    line = (f"loss contract: {checked} runs checked on the {contract.signal} signal, tolerance "
+            f"{pct(contract.tolerance)} in the baseline's numerics"
+            + (f" ({others} other numerics class{'es' if others > 1 else ''} against their own reference)"
+               if others else "")
+            + f"; {len(rejected)} config{'s' if len(rejected) != 1 else ''} rejected")
+    if s.get("canary_effective") is not None:
+        line += "; canary seeds: " + ("the job honours them" if s["canary_effective"] else "could not check")
+    resolution = contract.resolution()
+    return line + (f"; {resolution}" if resolution else "")
+
+
 def warnings(s: Mapping[str, Any], trials: Sequence[TrialResult], *, search_budget: int | None,
              asked_budget: int | None, llm_warnings: Sequence[str] = ()) -> list[str]:
     """Everything the user must know that the numbers above do not say, each once."""
@@ -97,7 +122,7 @@ def warnings(s: Mapping[str, Any], trials: Sequence[TrialResult], *, search_budg
 
 def headline(s: Mapping[str, Any], *, trials: Sequence[TrialResult], promoted: Verdict | None,
              baseline: Mapping[str, Any], repository: str | None, warning_lines: Sequence[str],
-             num_verified: int) -> dict[str, Any]:
+             num_verified: int, safety_line: str | None = None) -> dict[str, Any]:
     """The headline as data: ``answer`` and ``interval`` (the big line), ``facts`` and
     ``warnings`` (inline-marked strings), ``changes`` (kept, then dropped: ``_change_row``)."""
     base_s, best_s = s.get("baseline_step_time_s"), s.get("best_step_time_s")
@@ -118,6 +143,7 @@ def headline(s: Mapping[str, Any], *, trials: Sequence[TrialResult], promoted: V
     facts += [mfu] if mfu else []
     wall = "" if s.get("campaign_wall_s") is None else f"{s['campaign_wall_s']:,.0f} s wall time, "
     facts.append(f"campaign: {wall}{s['num_trials']} trials ({outcome_counts(s['trials_by_outcome'])})")
+    facts += [safety_line] if safety_line else []
     facts += _branch_lines(s, repository)
     changes = [_change_row(c, True) for c in s.get("promoted_changes") or []]
     if not changes and s.get("promoted_config"):  # minimization did not run: the changes, no figures
@@ -142,7 +168,8 @@ def campaign_headline(cdir: CampaignDir, s: Mapping[str, Any], *, spec: Campaign
     lines = warnings(s, trials, search_budget=search.get("budget"),
                      asked_budget=CampaignOptions().resumed(cdir).search_budget(spec),
                      llm_warnings=llm_warnings(Ledger(cdir.ledger).events()))
-    return headline(s, trials=[t for t in trials if not t.extra.get("retried")],
-                    promoted=verification.promoted if verification else None, baseline=spec.baseline,
-                    repository=repository, warning_lines=lines,
-                    num_verified=len(verification.verdicts) if verification else 0)
+    final = [t for t in trials if not t.extra.get("retried")]
+    return headline(s, trials=final, promoted=verification.promoted if verification else None,
+                    baseline=spec.baseline, repository=repository, warning_lines=lines,
+                    num_verified=len(verification.verdicts) if verification else 0,
+                    safety_line=safety(s, final, read_doctor(cdir)))
