@@ -185,6 +185,10 @@ def test_no_process_a_campaign_started_outlives_it(ended_campaigns, ending):
     else:
         assert "fake_workload.py" in names, names  # a trial was running when the signal came
         assert run.proc.returncode != 0, run.output
+    if ending == "SIGTERM":  # one line that says how to go on, and no native stack dump on the console
+        assert run.proc.returncode == 128 + signal.SIGTERM, run.output
+        assert "infrarsi: stopped by SIGTERM." in run.output and "--resume" in run.output, run.output
+        assert "SIGTERM received" not in run.output, run.output
     assert run.still_running == [], f"still running {WITHIN_S:.0f} s after the campaign ended"
     record = GuardRecord.model_validate_json(CampaignDir(run.folder).processes.read_text())
     assert record.finished and record.campaign.pid == run.proc.pid

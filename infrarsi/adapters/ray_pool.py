@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -90,12 +92,18 @@ def ensure_ray(address: str | None) -> Any:
         probe_ray_address(address)
         # "local" always starts a private Ray: with None, Ray would join whatever cluster a
         # `ray start` on this machine last announced in /tmp/ray, someone else's included.
+        # ray.init (in the main thread) replaces the process's SIGTERM handler with one that
+        # exits at once; the process's owner (the infrarsi command) keeps its own.
+        owner = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
         try:
             ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
             raise UnreachableError(f"could not join the Ray cluster at {address}: {exc}; check --ray-address "
                                    "(and RAY_AUTH_MODE / RAY_AUTH_TOKEN if the cluster uses token auth)") from None
+        finally:
+            if owner is not None:
+                signal.signal(signal.SIGTERM, owner)
     return ray
 
 

@@ -4,6 +4,10 @@
 else written to it while the command works (its own lines, a library's, a child process's)
 goes to stderr.
 
+``stop_on_signal`` and ``native_stderr_to``: a campaign stopped by SIGTERM or SIGHUP ends
+with one line, never a native library's dump (Ray's signal handler prints its stack to the
+process's stderr before it passes the signal on): the dump goes to the campaign's log.
+
 ``CampaignConsole``: what a running campaign shows on stderr: each warning as it is raised,
 and its progress: tqdm's bar on a terminal; elsewhere (a file, a pipe, CI, a Prefect
 worker's log) one plain line per trial, which logs read better than a bar's redraws.
@@ -15,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 from typing import Any, Iterator, TextIO
 
 from infrarsi.core import progress
@@ -39,6 +45,52 @@ def stdout_to_stderr() -> Iterator[None]:
         sys.stderr.flush()
         os.dup2(saved_fd, 1)
         os.close(saved_fd)
+
+
+class Stopped(BaseException):
+    """The campaign was stopped by a signal (a BaseException, like KeyboardInterrupt: nothing
+    on the way out mistakes it for a stage's failure)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_on_signal() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP raise ``Stopped`` in the main thread, so the
+    campaign unwinds (its process guard ends what it started) and says one line."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.alarm(0)  # Ray's native handler armed a 3 s abort before passing the signal here
+        raise Stopped(signum)
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def native_stderr_to(path: os.PathLike | str) -> Iterator[TextIO]:
+    """Inside the block, the process's stderr descriptor writes to ``path`` (what native code
+    prints there: Ray's stack dump on a signal, a library's noise); yields a stream on the
+    console's stderr for what people must see."""
+    sys.stderr.flush()
+    console_fd = os.dup(2)
+    console = os.fdopen(console_fd, "w", buffering=1)
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield console
+    finally:
+        sys.stderr.flush()
+        os.dup2(console_fd, 2)
+        console.close()
 
 
 def trial_line(result: TrialResult, num_done: int, num_total: int) -> str:

@@ -21,7 +21,8 @@ import typing
 from pathlib import Path
 
 from infrarsi.cli import bank as bank_cli
-from infrarsi.cli.console import JSON_HELP, CampaignConsole, stdout_to_stderr
+from infrarsi.cli.console import (JSON_HELP, CampaignConsole, Stopped, native_stderr_to, stdout_to_stderr,
+                                  stop_on_signal)
 from infrarsi.core.errors import InfrarsiError
 from infrarsi.core.options import CampaignOptions
 
@@ -174,7 +175,8 @@ def _run_campaign(args: argparse.Namespace) -> dict:
         for line in guard_campaign(_campaign_folder(options)):
             console.line(f"infrarsi: {line}")
         try:
-            with _console_logs_to(log_path):
+            with _console_logs_to(log_path), native_stderr_to(log_path) as stream, stop_on_signal():
+                console.stream = stream
                 if args.no_progress:
                     return campaign(options)
                 with console.progress(total, done):
@@ -182,6 +184,13 @@ def _run_campaign(args: argparse.Namespace) -> dict:
         except InfrarsiError as exc:
             exc.add_note(f"(the stage's traceback is in {log_path})")
             raise
+        except Stopped as exc:
+            folder = _campaign_folder(options) or log_path.parent
+            exc.add_note(f"what it recorded is kept; finish it with `infrarsi campaign --resume {folder}` "
+                         f"(its log: {log_path})")
+            raise
+        finally:
+            console.stream = sys.stderr
 
 
 def _init(args: argparse.Namespace) -> None:
@@ -279,4 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a folder or file given that cannot be read or written
         print(f"infrarsi: error: {exc}", file=sys.stderr)
         return 2
+    except Stopped as exc:  # SIGTERM or SIGHUP: one line, and the shell's exit status for the signal
+        print(" ".join([f"infrarsi: stopped by {exc}.", *getattr(exc, "__notes__", [])]), file=sys.stderr)
+        return 128 + exc.signum
 
