@@ -82,15 +82,21 @@ def native_stderr_to(path: os.PathLike | str) -> Iterator[TextIO]:
     console's stderr for what people must see."""
     sys.stderr.flush()
     console_fd = os.dup(2)
-    console = os.fdopen(console_fd, "w", buffering=1)
+    try:
+        on_descriptor = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # stderr replaced by an object of its own (a test's capture)
+        on_descriptor = False
+    console = os.fdopen(console_fd, "w", buffering=1, closefd=False) if on_descriptor else sys.stderr
     with open(path, "a") as log:
         os.dup2(log.fileno(), 2)
     try:
         yield console
     finally:
         sys.stderr.flush()
+        if on_descriptor:
+            console.flush()
         os.dup2(console_fd, 2)
-        console.close()
+        os.close(console_fd)
 
 
 def trial_line(result: TrialResult, num_done: int, num_total: int) -> str:
