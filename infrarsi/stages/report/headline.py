@@ -71,6 +71,17 @@ def _mfu(s: Mapping[str, Any], trials: Sequence[TrialResult], promoted: Verdict 
     return f"MFU {statistics.median(before):.1%} -> {tail} (as the job reported it)"
 
 
+def _payback_line(s: Mapping[str, Any]) -> str:
+    """``cost: 412 device-seconds, repaid after 3,200 steps of the job (16% of its 20,000)``."""
+    line = f"cost: {s['campaign_device_s']:,.0f} device-seconds"
+    if s.get("payback_steps") is None:
+        return line
+    line += f", repaid after {s['payback_steps']:,.0f} steps of the job at the promoted config"
+    if s.get("payback_fraction") is not None and s.get("job_steps"):
+        line += f" ({s['payback_fraction']:.1%} of its {s['job_steps']:,.0f})"
+    return line
+
+
 def _branch_lines(s: Mapping[str, Any], repository: str | None) -> list[str]:
     if not s.get("branch"):
         return ["branch: not staged"] if s.get("verified_speedup") else []
@@ -143,6 +154,7 @@ def headline(s: Mapping[str, Any], *, trials: Sequence[TrialResult], promoted: V
     facts += [mfu] if mfu else []
     wall = "" if s.get("campaign_wall_s") is None else f"{s['campaign_wall_s']:,.0f} s wall time, "
     facts.append(f"campaign: {wall}{s['num_trials']} trials ({outcome_counts(s['trials_by_outcome'])})")
+    facts += [_payback_line(s)] if s.get("campaign_device_s") is not None else []
     facts += [safety_line] if safety_line else []
     facts += _branch_lines(s, repository)
     changes = [_change_row(c, True) for c in s.get("promoted_changes") or []]

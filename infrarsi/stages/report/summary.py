@@ -1,5 +1,7 @@
 """A campaign's summary: what it concluded, in numbers (speedup and interval, trials and
-seconds by outcome, the trial cap, MFU, the branch), from its folder; and the same as
+seconds by outcome, what the campaign cost in device seconds and after how many of the
+job's steps the promoted change repays it, the trial cap, MFU, the branch), from its
+folder; and the same as
 MLflow metrics and as rows for a Prefect table. ``build_report`` builds it once per report
 and writes summary.json."""
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import json
+import statistics
 from typing import Any
 
 from infrarsi.contract.freeze import Contract
@@ -46,6 +49,7 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
     ok_search = [t for t in trials if t.role is Role.SEARCH and t.outcome is Outcome.OK]
     costs = cost_by_outcome(trials)
     apply = cdir.read_json(cdir.root / "apply.json") if (cdir.root / "apply.json").exists() else {}
+    promotion = promotion_summary(verification, read_minimize(cdir), doctor)
     return {
         "campaign_id": contract.campaign_id, "campaign_dir": str(cdir.root),
         "baseline_step_time_s": doctor.step_time_s if doctor else None,
@@ -57,6 +61,7 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
         "attempts_by_outcome": {k: int(v["attempts"]) for k, v in sorted(costs.items())},
         "failed_trial_seconds": round(sum(v["wall_s"] for k, v in costs.items() if k != "ok"), 2),
         "failed_device_seconds": round(sum(v["device_s"] for k, v in costs.items() if k != "ok"), 2),
+        **payback(costs, trials, doctor, promoted, promotion.get("job_steps")),
         "num_search_trials": sum(1 for t in trials if t.role is Role.SEARCH and not t.extra.get("retried")),
         "num_trials": sum(1 for t in trials if not t.extra.get("retried")),
         "trials_by_stage": trials_by_stage(trials),
@@ -69,8 +74,27 @@ def summarize(cdir: CampaignDir) -> dict[str, Any]:
                        promoted=promoted, starts={t.trial_id: t.extra.get("start") or {} for t in trials}),
         "campaign_wall_s": _campaign_wall_s(cdir, contract),
         "warnings": [w["message"] for w in cdir.read_warnings()],
-        **promotion_summary(verification, read_minimize(cdir), doctor),
+        **promotion,
     }
+
+
+def payback(costs: dict[str, dict[str, float]], trials: list[TrialResult], doctor: Any, promoted: Any,
+            job_steps: float | None) -> dict[str, float | None]:
+    """``campaign_device_s``: the device seconds of every attempt, failed and re-measured ones
+    included; ``payback_steps``: the job steps after which the promoted config has saved as
+    much (the campaign's device seconds over the step time it saves, in device seconds: the
+    devices a trial holds); ``payback_fraction``: that, over the job's declared length."""
+    spent = round(sum(v["device_s"] for v in costs.values()), 2)
+    out: dict[str, float | None] = {"campaign_device_s": spent, "payback_steps": None, "payback_fraction": None}
+    held = [t.device_seconds / t.wall_time_s for t in trials if t.role is Role.DOCTOR and t.wall_time_s > 0]
+    times = promoted.candidate_times_s if promoted else ()
+    if not (doctor and times and held):
+        return out
+    saved = (doctor.step_time_s - statistics.median(times)) * statistics.median(held)
+    if saved > 0:
+        out["payback_steps"] = round(spent / saved)
+        out["payback_fraction"] = round(spent / saved / job_steps, 4) if job_steps else None
+    return out
 
 
 def _max_trials(cdir: CampaignDir, contract: Contract) -> int:

@@ -1,10 +1,13 @@
-"""The report's first screen says whether the change is safe: one line on the loss contract
-(runs checked, their tolerance, configs rejected, the canary, what the printed digits hide)."""
+"""The report's first screen says whether the change is safe (one line on the loss contract:
+runs checked, their tolerance, configs rejected, the canary, what the printed digits hide)
+and what the campaign cost against what the change saves."""
 
 from infrarsi.contract.loss_contract import ClassReference, LossContract
 from infrarsi.core.trial import Outcome, Role, TrialResult
 from infrarsi.record.doctor import DoctorReport
+from infrarsi.record.verification import Verdict
 from infrarsi.stages.report.headline import headline, safety
+from infrarsi.stages.report.summary import cost_by_outcome, payback
 
 LOSSES = (5.158, 5.101, 5.047, 4.998)
 
@@ -39,3 +42,26 @@ def test_the_safety_line_counts_the_checked_runs_the_rejected_configs_and_the_pr
     facts = headline(summary, trials=trials, promoted=None, baseline={}, repository=None, warning_lines=[],
                      num_verified=0, safety_line=line)["facts"]
     assert line in facts
+
+
+def test_the_campaign_pays_back_after_its_device_seconds_over_the_saving_per_step():
+    # doctor's runs hold 2 devices (device seconds over wall seconds); the baseline steps in 0.2 s
+    runs = [TrialResult(trial_id=f"d{i}", config={}, role=Role.DOCTOR, outcome=Outcome.OK, step_time_s=0.2,
+                        wall_time_s=10.0, device_seconds=20.0) for i in range(3)]
+    failed = TrialResult(trial_id="s1", config={}, role=Role.SEARCH, outcome=Outcome.OOM, wall_time_s=5.0,
+                         device_seconds=10.0)
+    trials = [*runs, failed]
+    promoted = Verdict(config={}, source_trial_id="s2", pairs=(("d0", "v1"),), baseline_times_s=(0.2,),
+                       candidate_times_s=(0.1, 0.1, 0.12), speedup=2.0, ci_low=1.8, ci_high=2.2, promoted=True,
+                       reason="")
+    out = payback(cost_by_outcome(trials), trials, _doctor(0.0), promoted, job_steps=1000)
+    # 70 device seconds (the OOM's included) over (0.2 - 0.1) s x 2 devices saved a step
+    assert out == {"campaign_device_s": 70.0, "payback_steps": 350, "payback_fraction": 0.35}
+    assert payback(cost_by_outcome(trials), trials, _doctor(0.0), None, 1000)["payback_steps"] is None
+    summary = {"verified_speedup": 2.0, "speedup_ci": [1.8, 2.2], "end_to_end_speedup": None,
+               "baseline_step_time_s": 0.2, "num_trials": 4, "trials_by_outcome": {"ok": 3, "oom": 1},
+               "job_steps": 1000, **out}
+    facts = headline(summary, trials=trials, promoted=promoted, baseline={}, repository=None, warning_lines=[],
+                     num_verified=1)["facts"]
+    assert "cost: 70 device-seconds, repaid after 350 steps of the job at the promoted config (35.0% of its 1,000)" \
+        in facts
