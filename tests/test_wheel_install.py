@@ -1,4 +1,4 @@
-"""An installed wheel finds the built-in patch library.
+"""An installed wheel finds the built-in patch library and the lever catalog.
 
 The library used to be found as a folder beside the ``infrarsi`` package, which exists in
 a checkout but not in site-packages, so an installed wheel silently had no built-in
@@ -23,9 +23,11 @@ NOT_SOURCE = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-in
                                     "runs", "campaigns", "mlruns", "mlflow.db", ".prefect", ".gpu_wheels")
 PROBE = """
 import json, infra_patches, infrarsi
+from infrarsi.discover.levers import load_catalog
 from infrarsi.patches.patch import builtin_patches
 print(json.dumps({"infrarsi": infrarsi.__file__, "infra_patches": infra_patches.__file__,
-                  "names": sorted(p.name for p in builtin_patches())}))
+                  "names": sorted(p.name for p in builtin_patches()),
+                  "families": sorted(f.family for f in load_catalog())}))
 """
 
 
@@ -59,3 +61,5 @@ def test_a_wheel_installed_into_a_fresh_venv_finds_the_builtin_patches(tmp_path)
     assert Path(found["infrarsi"]).resolve().is_relative_to(installed), found
     assert Path(found["infra_patches"]).resolve().is_relative_to(installed), found
     assert found["names"] == BUILTIN_NAMES
+    catalog = sorted(p.stem for p in (REPO / "infrarsi" / "discover" / "levers").glob("*.toml"))
+    assert found["families"] == catalog and "hf_trainer" in catalog
