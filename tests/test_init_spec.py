@@ -83,7 +83,7 @@ def test_init_on_a_hugging_face_script_takes_what_its_help_knows(tmp_path, monke
     # the step flag (a trial sets its length) and the seed (canary seeds) are added; the
     # sequence length is not: the job runs its default, which the contract states
     assert made["command"][-4:] == ["--max_steps", "{num_steps}", "--seed", "{seed}"]
-    assert "--seq_len" not in made["command"] and "--help's default" in text
+    assert "--seq_len" not in made["command"] and "from --help, not the command" in text
     # only implementations of the baseline's algorithm, never another optimizer (sgd, lion, 8-bit states, ...)
     assert sorted(made["knobs"]["optim"]["values"]) == ["adamw_torch", "adamw_torch_fused"]
     assert made["fixed_products"] == hand["fixed_products"]

@@ -21,7 +21,7 @@ def contract_and_metrics(draft: Draft, cmd: ParsedCommand, seen: Observed, facts
     """Fill the draft's contract, metrics, calibration and reproduce tables."""
     found, from_help, product = facts.found, facts.from_help, facts.product
     sequences = product * (cmd.nproc or 1) if product and draft.data.get("fixed_products") else product
-    seq_len, seq_why = _seq_len(found, from_help, seen, sequences)
+    seq_len, seq_why = _seq_len(found, facts.origins, seen, sequences)
     tokens, tokens_why, line = _tokens(seen, sequences, seq_len, found)
     if seq_len is None and tokens_why.startswith("derived") and sequences and tokens % sequences == 0:
         seq_len, seq_why = tokens // sequences, f"tokens per step over {sequences} sequences per step"
@@ -51,7 +51,8 @@ def contract_and_metrics(draft: Draft, cmd: ParsedCommand, seen: Observed, facts
         draft.confirm["contract.seed"] = ("PLACEHOLDER: the command passes no seed; add the script's seed flag as "
                                           "--seed={seed} (say) so verification's canary seeds reach the job")
     elif "seed" in from_help:
-        draft.confirm["contract.seed"] = "--help's default (the command does not give it; init adds the flag)"
+        draft.confirm["contract.seed"] = (f"from {facts.origins.get('seed', '--help')}, not the command (init adds the "
+                                          "flag at this value)")
     calibration = _calibration(draft)
     if calibration:
         draft.data["calibration"] = calibration
@@ -98,10 +99,10 @@ def _globs(files: tuple[str, ...], most: int = 12) -> list[str]:
     return out
 
 
-def _seq_len(found: dict, from_help: frozenset[str], seen: Observed, sequences: int | None) -> tuple[int | None, str]:
+def _seq_len(found: dict, origins: dict[str, str], seen: Observed, sequences: int | None) -> tuple[int | None, str]:
     seq_len = found.get("seq_len")
     if seq_len is not None:
-        return seq_len, ("--help's default (the command does not give it)" if "seq_len" in from_help
+        return seq_len, (f"from {origins['seq_len']}, not the command" if "seq_len" in origins
                          else "from the command")
     lines = [t for t in seen.patterns.tokens_lines if sequences and t.tokens % sequences == 0]
     if len({t.tokens for t in lines}) == 1:

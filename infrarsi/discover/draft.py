@@ -123,6 +123,7 @@ class CommandFacts:
 
     found: dict[str, Any]  # contract field -> value, from the command or the job's parser
     from_help: frozenset[str]  # the fields whose value is the parser's default, not the command's
+    origins: dict[str, str] = field(default_factory=dict)  # those fields -> where it was read (--help, ...)
     product: int | None  # micro-batch x accumulation, where both are knobs
     step_offset: int = 0  # 1 where the step flag is {last_step}: the job runs its value + 1 steps
 
@@ -144,6 +145,7 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
     baseline: dict[str, Any] = {}
     contract: dict[str, Any] = {}
     from_help: set[str] = set()  # contract fields whose value is the parser's default
+    origins: dict[str, str] = {}
     step_offset = 0
     mb, ga, gb = batch_flags(every)
     split = ga is not None
@@ -170,6 +172,7 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
                 template[flag.index] = in_place(flag, placeholder)
                 continue
             from_help.add(field_name)
+            origins[field_name] = flag.origin
             if field_name in ("num_steps", "seed"):
                 tail += appended(flag, placeholder)
             continue
@@ -230,7 +233,7 @@ def draft_command(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name
     if env:
         draft.data["env"] = env
     draft.data["knobs"] = knobs
-    return draft, CommandFacts(found=contract, from_help=frozenset(from_help), product=product,
+    return draft, CommandFacts(found=contract, from_help=frozenset(from_help), origins=origins, product=product,
                                step_offset=step_offset)
 
 
