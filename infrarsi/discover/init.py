@@ -41,6 +41,7 @@ from infrarsi.discover.levers import Family, JobFacts, families_of
 from infrarsi.discover.settings import argparse_defaults, python_settings, yaml_settings
 from infrarsi.discover.log_patterns import guess_patterns
 from infrarsi.core.errors import InfrarsiError
+from infrarsi.harness.log_adapter import printed_quantum
 
 
 def build_spec(cmd: ParsedCommand, known: list[Flag], seen: Observed, *, name: str, cpus: int,
@@ -144,16 +145,8 @@ def compare_losses(ours: list[str], theirs: list[str]) -> SplitComparison | None
         return None
     moved = [abs(b - a) / max(abs(a), 1e-12) for a, b, _ in pairs]
     worst = max(range(len(moved)), key=moved.__getitem__)
-    resolution = max(_last_digit(text) / max(abs(a), 1e-12) for a, _, text in pairs)
+    resolution = max(printed_quantum(text) / max(abs(a), 1e-12) for a, _, text in pairs)
     return SplitComparison(moved=moved[worst], at_step=worst, num_compared=len(pairs), resolution=resolution)
-
-
-def _last_digit(printed: str) -> float:
-    """The value of one unit in the last digit of a printed number: 0.001 for '5.158', 1e-06
-    for '5.15e-03'... (0 where it is printed as an integer)."""
-    mantissa, _, exponent = printed.lower().partition("e")
-    decimals = len(mantissa.partition(".")[2])
-    return 10.0 ** (-decimals + (int(exponent) if exponent.lstrip("+-").isdigit() else 0))
 
 
 def probe_machine(cmd: ParsedCommand, cwd: Path, env: dict[str, str]) -> tuple[int | None, int]:
