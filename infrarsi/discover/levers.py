@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infrarsi.core.errors import InfrarsiError
 from infrarsi.core.knobs import KNOB_KINDS
+from infrarsi.discover.knobs import powers_of_two
 
 Scalar = bool | int | float | str
 OFFERED = ("keeps", "declared")  # the numerics classes a search may try
@@ -183,11 +184,7 @@ def families_of(job: JobFacts, catalog: tuple[Family, ...] | None = None) -> tup
 def candidate_values(lever: Lever, *, cpus: int, devices: int) -> list[Any]:
     """The lever's candidates on this machine: ``cpus`` and ``processes`` become powers of two."""
     if lever.values == "cpus":
-        return _powers_of_two(cpus)
+        return powers_of_two(max(cpus, 1))
     if lever.values == "processes":
-        return _powers_of_two(devices)
+        return powers_of_two(max(devices, 1))
     return list(lever.values)
-
-
-def _powers_of_two(limit: int) -> list[int]:
-    return [2 ** i for i in range(max(limit, 1).bit_length()) if 2 ** i <= limit]
